@@ -1,0 +1,68 @@
+#include "core/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/params.h"
+
+namespace sparrow::log {
+namespace {
+
+params::StringParam kDebug("DEBUG", "WARN", "Log level: NONE, WARN, INFO or TRACE (like NCCL_DEBUG).",
+                           {"NONE", "WARN", "INFO", "TRACE"});
+params::StringParam kDebugFile("DEBUG_FILE", "", "Write the log to this file instead of stderr.");
+
+std::atomic<int> g_level{-1};
+std::mutex g_mu;
+FILE* g_out = nullptr;
+
+Level parse_level() {
+  std::string v = kDebug.get();
+  if (v == "NONE") return Level::kNone;
+  if (v == "INFO") return Level::kInfo;
+  if (v == "TRACE") return Level::kTrace;
+  return Level::kWarn;
+}
+
+}  // namespace
+
+Level level() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l < 0) {
+    l = static_cast<int>(parse_level());
+    g_level.store(l, std::memory_order_relaxed);
+  }
+  return static_cast<Level>(l);
+}
+
+void set_level(Level l) { g_level.store(static_cast<int>(l)); }
+
+void write(Level l, const char* file, int line, const char* fmt, ...) {
+  static const char* kNames[] = {"NONE", "WARN", "INFO", "TRACE"};
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char* base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!g_out) {
+    std::string path = kDebugFile.get();
+    g_out = path.empty() ? stderr : fopen(path.c_str(), "a");
+    if (!g_out) g_out = stderr;
+  }
+  char host[64] = {0};
+  gethostname(host, sizeof host - 1);
+  fprintf(g_out, "%s:%d sparrow %s %s:%d %s\n", host, static_cast<int>(getpid()), kNames[static_cast<int>(l)],
+          base, line, msg);
+  fflush(g_out);
+}
+
+}  // namespace sparrow::log

@@ -1,0 +1,17 @@
+// Fork-join parallelism over an index range for the CPU kernels (chunks are independent).
+// Work is handed out dynamically, so one slow chunk does not hold back the others.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace sparrow {
+
+// Threads used by CPU kernels: SPARROW_THREADS, or the hardware concurrency when 0 (the default).
+int kernel_threads();
+
+// Calls fn(i, worker) for every i in [0, n) on up to `threads` threads (the caller's thread is one of
+// them); worker is in [0, threads). Returns when all calls returned.
+void parallel_for(size_t n, int threads, const std::function<void(size_t i, int worker)>& fn);
+
+}  // namespace sparrow

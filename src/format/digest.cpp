@@ -1,0 +1,55 @@
+#include "format/digest.h"
+
+#include <xxhash.h>
+
+#include <atomic>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace sparrow::format {
+
+uint64_t checksum(const void* data, size_t len, uint64_t seed) { return XXH3_64bits_withSeed(data, len, seed); }
+
+namespace {
+template <typename T>
+uint64_t digest_typed(uint32_t tensor, const T* p, uint64_t first, uint64_t count) {
+  // Four independent accumulators let the multiplies of neighbouring elements overlap.
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  uint64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    a0 += element_hash(tensor, first + i, p[i]);
+    a1 += element_hash(tensor, first + i + 1, p[i + 1]);
+    a2 += element_hash(tensor, first + i + 2, p[i + 2]);
+    a3 += element_hash(tensor, first + i + 3, p[i + 3]);
+  }
+  for (; i < count; ++i) a0 += element_hash(tensor, first + i, p[i]);
+  return a0 + a1 + a2 + a3;
+}
+}  // namespace
+
+uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size) {
+  switch (elem_size) {
+    case 1: return digest_typed(tensor, static_cast<const uint8_t*>(data), first, count);
+    case 2: return digest_typed(tensor, static_cast<const uint16_t*>(data), first, count);
+    case 4: return digest_typed(tensor, static_cast<const uint32_t*>(data), first, count);
+    default: return digest_typed(tensor, static_cast<const uint64_t*>(data), first, count);
+  }
+}
+
+uint64_t digest_tensor(uint32_t tensor, const void* data, uint64_t count, uint32_t elem_size, int threads) {
+  constexpr uint64_t kBlock = 1 << 20;
+  uint64_t nblocks = (count + kBlock - 1) / kBlock;
+  if (nblocks <= 1) return digest_range(tensor, data, 0, count, elem_size);
+  std::vector<uint64_t> part(nblocks);
+  const uint8_t* base = static_cast<const uint8_t*>(data);
+  parallel_for(nblocks, threads, [&](size_t b, int) {
+    uint64_t first = b * kBlock, n = std::min(kBlock, count - first);
+    part[b] = digest_range(tensor, base + first * elem_size, first, n, elem_size);
+  });
+  uint64_t d = 0;
+  for (uint64_t v : part) d += v;
+  return d;
+}
+
+}  // namespace sparrow::format

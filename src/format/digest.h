@@ -1,0 +1,52 @@
+// Checksums and content digests.
+//
+// checksum(): XXH3-64 over bytes; protects each frame of a checkpoint against corruption in transit
+// or at rest.
+//
+// Content digest: the acceptance predicate a receiver checks before it commits a version. It is an
+// additive (multiset) hash: digest(tensor) = sum over elements i of H(tensor, i, bits_i) mod 2^64. Its
+// value depends only on the contents, yet it can be updated in O(changes) when elements change:
+//   digest' = digest - H(t, i, old) + H(t, i, new)   for each changed i.
+// So neither the root nor a receiver has to re-read a whole model per step; a full recomputation is
+// the same function (used for the first version and for optional full verification).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace sparrow::format {
+
+uint64_t checksum(const void* data, size_t len, uint64_t seed = 0);
+
+inline uint64_t fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+// H(tensor, index, bits). Bijective in `bits` for a fixed (tensor, index).
+inline uint64_t element_hash(uint32_t tensor, uint64_t index, uint64_t bits) {
+  return fmix64(fmix64(index ^ (uint64_t(tensor) << 40) ^ 0x9E3779B97F4A7C15ULL) ^ bits);
+}
+
+// Loads one element (1, 2, 4 or 8 bytes, little-endian) zero-extended to 64 bits.
+inline uint64_t load_elem(const uint8_t* p, uint32_t elem_size) {
+  switch (elem_size) {
+    case 1: return p[0];
+    case 2: { uint16_t v; __builtin_memcpy(&v, p, 2); return v; }
+    case 4: { uint32_t v; __builtin_memcpy(&v, p, 4); return v; }
+    default: { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }
+  }
+}
+inline void store_elem(uint8_t* p, uint32_t elem_size, uint64_t v) { __builtin_memcpy(p, &v, elem_size); }
+
+// Sum of H over elements [first, first+count) of a tensor; `data` points at element `first`.
+uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size);
+// Digest of a whole tensor, computed on `threads` threads.
+uint64_t digest_tensor(uint32_t tensor, const void* data, uint64_t count, uint32_t elem_size, int threads);
+
+}  // namespace sparrow::format

@@ -1,0 +1,206 @@
+#include "format/index_codec.h"
+
+#include <cmath>
+#include <string>
+
+#include "format/bits.h"
+
+namespace sparrow::format {
+
+const char* index_codec_name(IndexCodec c) {
+  switch (c) {
+    case IndexCodec::kDense: return "dense";
+    case IndexCodec::kLeb128: return "leb128";
+    case IndexCodec::kGolomb: return "golomb";
+    case IndexCodec::kBitmap: return "bitmap";
+  }
+  return "?";
+}
+
+namespace {
+
+inline uint32_t gap_at(const uint32_t* pos, size_t i) { return i == 0 ? pos[0] : pos[i] - pos[i - 1] - 1; }
+
+struct TruncBin {
+  int b;       // ceil(log2 m)
+  uint32_t u;  // 2^b - m: remainders below u take b-1 bits
+  explicit TruncBin(uint32_t m) {
+    b = m <= 1 ? 0 : 64 - __builtin_clzll(uint64_t(m) - 1);
+    u = uint32_t((1ull << b) - m);
+  }
+  int len(uint32_t r) const { return r < u ? b - 1 : b; }
+};
+
+// Lemire's fast division for 32-bit numerators: exact for all a < 2^32.
+struct FastDiv {
+  uint64_t M;
+  uint32_t d;
+  explicit FastDiv(uint32_t div) : M(~0ull / div + 1), d(div) {}
+  uint32_t div(uint32_t a) const { return d == 1 ? a : uint32_t((__uint128_t(M) * a) >> 64); }
+};
+
+}  // namespace
+
+size_t leb128_index_size(const uint32_t* pos, size_t k) {
+  size_t s = 0;
+  for (size_t i = 0; i < k; ++i) {
+    uint32_t g = gap_at(pos, i);
+    s += 1 + (g >= (1u << 7)) + (g >= (1u << 14)) + (g >= (1u << 21)) + (g >= (1u << 28));
+  }
+  return s;
+}
+
+uint32_t golomb_parameter(const uint32_t* pos, size_t k) {
+  if (k == 0) return 1;
+  // Sum of gaps = last position + 1 - k.
+  double mean = (double(pos[k - 1]) + 1.0 - double(k)) / double(k);
+  double p = 1.0 / (mean + 1.0);  // probability that the next element is a change
+  if (p >= 0.5) return 1;
+  double m = std::ceil(std::log(2.0 - p) / -std::log1p(-p));
+  if (!(m >= 1.0)) return 1;
+  return m > 2147483648.0 ? 2147483648u : uint32_t(m);
+}
+
+size_t golomb_index_size(const uint32_t* pos, size_t k, uint32_t m) {
+  TruncBin tb(m);
+  FastDiv fd(m);
+  uint64_t bits = 0;
+  for (size_t i = 0; i < k; ++i) {
+    uint32_t g = gap_at(pos, i);
+    uint32_t q = fd.div(g);
+    bits += q + 1 + tb.len(g - q * m);
+  }
+  return leb128_size(m) + (bits + 7) / 8;
+}
+
+void encode_index(IndexCodec c, const uint32_t* pos, size_t k, uint32_t n, uint32_t golomb_m,
+                  std::vector<uint8_t>& out) {
+  switch (c) {
+    case IndexCodec::kDense: return;
+    case IndexCodec::kLeb128:
+      for (size_t i = 0; i < k; ++i) put_leb128(out, gap_at(pos, i));
+      return;
+    case IndexCodec::kBitmap: {
+      size_t base = out.size();
+      out.resize(base + bitmap_index_size(n), 0);
+      for (size_t i = 0; i < k; ++i) out[base + (pos[i] >> 3)] |= uint8_t(1u << (pos[i] & 7));
+      return;
+    }
+    case IndexCodec::kGolomb: {
+      uint32_t m = golomb_m;
+      put_leb128(out, m);
+      TruncBin tb(m);
+      FastDiv fd(m);
+      BitWriter bw(out);
+      for (size_t i = 0; i < k; ++i) {
+        uint32_t g = gap_at(pos, i);
+        uint32_t q = fd.div(g);
+        uint32_t r = g - q * m;
+        bw.put_zeros(q);
+        bw.put(1, 1);
+        if (r < tb.u) {
+          bw.put(r, tb.b - 1);
+        } else {
+          uint32_t v = r + tb.u;
+          bw.put(v >> 1, tb.b - 1);
+          bw.put(v & 1, 1);
+        }
+      }
+      bw.flush();
+      return;
+    }
+  }
+}
+
+static Status bad(const char* codec, const std::string& what) {
+  return CorruptData(std::string(codec) + " index: " + what);
+}
+
+Status decode_index(IndexCodec c, std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
+  if (k > n) return bad(index_codec_name(c), "more changes than elements");
+  switch (c) {
+    case IndexCodec::kDense:
+      if (!in.empty()) return bad("dense", "unexpected index bytes");
+      if (k != n) return bad("dense", "change count differs from element count");
+      for (uint32_t i = 0; i < n; ++i) pos[i] = i;
+      return Status::Ok();
+    case IndexCodec::kLeb128: {
+      const uint8_t* p = in.data();
+      const uint8_t* end = p + in.size();
+      uint64_t next = 0;  // smallest position the next gap may produce
+      for (uint32_t i = 0; i < k; ++i) {
+        uint64_t g = 0;
+        int shift = 0;
+        while (true) {
+          if (p == end) return bad("leb128", "truncated");
+          uint8_t b = *p++;
+          if (shift == 28 && (b & 0xf0)) return bad("leb128", "gap exceeds 32 bits");
+          g |= uint64_t(b & 0x7f) << shift;
+          if (!(b & 0x80)) {
+            if (b == 0 && shift > 0) return bad("leb128", "overlong gap");
+            break;
+          }
+          shift += 7;
+        }
+        uint64_t q = next + g;
+        if (q >= n) return bad("leb128", "position beyond chunk end");
+        pos[i] = uint32_t(q);
+        next = q + 1;
+      }
+      if (p != end) return bad("leb128", "trailing bytes");
+      return Status::Ok();
+    }
+    case IndexCodec::kBitmap: {
+      if (in.size() != bitmap_index_size(n)) return bad("bitmap", "size does not match element count");
+      if (n % 8 && (in.back() >> (n % 8)) != 0) return bad("bitmap", "bits set beyond chunk end");
+      uint32_t j = 0;
+      for (size_t byte = 0; byte < in.size(); ++byte) {
+        uint32_t b = in[byte];
+        while (b) {
+          if (j == k) return bad("bitmap", "more bits set than changes");
+          pos[j++] = uint32_t(byte * 8 + __builtin_ctz(b));
+          b &= b - 1;
+        }
+      }
+      if (j != k) return bad("bitmap", "fewer bits set than changes");
+      return Status::Ok();
+    }
+    case IndexCodec::kGolomb: {
+      ByteReader br(in, "golomb index");
+      uint64_t m64;
+      SPARROW_RETURN_IF_ERROR(br.leb128(&m64, 32));
+      if (m64 == 0 || m64 > 2147483648ull) return bad("golomb", "parameter out of range");
+      uint32_t m = uint32_t(m64);
+      TruncBin tb(m);
+      BitReader rd(in.subspan(br.pos()));
+      uint64_t qlimit = n / m;
+      uint64_t next = 0;
+      for (uint32_t i = 0; i < k; ++i) {
+        uint64_t q, r;
+        if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
+        if (!rd.get(tb.b > 0 ? tb.b - 1 : 0, &r)) return bad("golomb", "truncated remainder");
+        if (tb.b > 0 && r >= tb.u) {
+          uint64_t low;
+          if (!rd.get(1, &low)) return bad("golomb", "truncated remainder");
+          r = ((r << 1) | low) - tb.u;
+        }
+        uint64_t p = next + q * m + r;
+        if (p >= n) return bad("golomb", "position beyond chunk end");
+        pos[i] = uint32_t(p);
+        next = p + 1;
+      }
+      if (rd.bits_left() >= 8) return bad("golomb", "trailing bytes");
+      uint64_t pad;
+      if (!rd.get(int(rd.bits_left()), &pad) || pad != 0) return bad("golomb", "non-zero padding bits");
+      return Status::Ok();
+    }
+  }
+  return bad("unknown", "codec id " + std::to_string(int(c)));
+}
+
+double index_entropy_bits(uint64_t n, uint64_t k) {
+  if (k == 0 || k >= n) return 0.0;
+  return (std::lgamma(double(n) + 1) - std::lgamma(double(k) + 1) - std::lgamma(double(n - k) + 1)) / std::log(2.0);
+}
+
+}  // namespace sparrow::format

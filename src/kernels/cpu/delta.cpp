@@ -1,0 +1,455 @@
+#include "kernels/cpu/delta.h"
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+#include "core/log.h"
+#include "core/parallel.h"
+#include "core/params.h"
+#include "format/digest.h"
+
+namespace sparrow::kernels::cpu {
+
+using format::ChunkHeader;
+using format::IndexCodec;
+using format::ValueCodec;
+
+namespace {
+
+params::IntParam kChunkElems("CHUNK_ELEMS", 1 << 20,
+                             "Elements per checkpoint chunk (unit of extraction, encoding, verification, pipelining).",
+                             1024, format::kMaxChunkElems);
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Block {
+  uint32_t tensor;
+  uint64_t begin;
+  uint32_t n;
+};
+
+std::vector<Block> make_blocks(const std::vector<TensorSpec>& ts, uint32_t ce) {
+  std::vector<Block> b;
+  for (uint32_t t = 0; t < ts.size(); ++t)
+    for (uint64_t e = 0; e < ts[t].count; e += ce) b.push_back({t, e, uint32_t(std::min<uint64_t>(ce, ts[t].count - e))});
+  return b;
+}
+
+struct EncScratch {
+  std::vector<uint32_t> pos;
+  std::vector<uint8_t> oldv, newv, idx, val, best, zs;
+};
+
+void merge(EncodeStats& a, const EncodeStats& b) {
+  a.elements += b.elements;
+  a.changes += b.changes;
+  a.chunks += b.chunks;
+  a.dense_chunks += b.dense_chunks;
+  a.index_bytes += b.index_bytes;
+  a.value_bytes += b.value_bytes;
+  for (int i = 0; i < format::kNumIndexCodecs; ++i) a.index_codec_chunks[i] += b.index_codec_chunks[i];
+  for (int i = 0; i < format::kNumValueCodecs; ++i) a.value_codec_chunks[i] += b.value_codec_chunks[i];
+  a.leb128_overwrite_bytes += b.leb128_overwrite_bytes;
+  a.index_entropy_bits += b.index_entropy_bits;
+  a.sparse_index_bytes += b.sparse_index_bytes;
+  a.sparse_changes += b.sparse_changes;
+  a.extract_seconds += b.extract_seconds;
+  a.encode_seconds += b.encode_seconds;
+}
+
+// Encodes `k` values with the smallest of the allowed codecs; result in s.best, codec returned.
+Result<ValueCodec> best_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t es, bool with_old,
+                               const EncodeOptions& opt, EncScratch& s) {
+  ValueCodec best = ValueCodec::kOverwrite;
+  s.best.assign(newv, newv + k * es);
+  if (opt.paper_format) return best;
+  ValueCodec tries[3] = {ValueCodec::kSubZstd, ValueCodec::kXorZstd, ValueCodec::kOverwriteZstd};
+  for (ValueCodec c : tries) {
+    if (format::value_codec_needs_old(c) && !with_old) continue;
+    if (c == ValueCodec::kXorZstd && !opt.try_xor) continue;
+    s.val.clear();
+    SPARROW_RETURN_IF_ERROR(format::encode_values(c, oldv, newv, k, es, opt.zstd_level, s.zs, s.val));
+    if (s.val.size() < s.best.size()) {
+      s.best.swap(s.val);
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+uint32_t default_chunk_elems() { return uint32_t(kChunkElems.get()); }
+
+DeltaEncoder::DeltaEncoder(std::vector<TensorSpec> tensors) : tensors_(std::move(tensors)) {}
+
+void DeltaEncoder::reset() {
+  have_shadow_ = false;
+  shadow_.clear();
+  digests_.clear();
+}
+
+Result<std::vector<uint8_t>> DeltaEncoder::encode(std::span<const void* const> current, const EncodeOptions& opt,
+                                                  EncodeStats* stats) {
+  std::vector<uint8_t> out;
+  EncodeStats local;
+  Status s = encode_impl(current, opt, !have_shadow_, stats ? stats : &local, out);
+  if (!s.ok()) {
+    reset();
+    return s;
+  }
+  return out;
+}
+
+Status DeltaEncoder::encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full,
+                                 EncodeStats* st, std::vector<uint8_t>& out) {
+  double wall0 = now_s();
+  if (current.size() != tensors_.size())
+    return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
+                           std::to_string(current.size()) + " buffers");
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
+    if (tensors_[t].count > format::kMaxTensorElems) return InvalidArgument("tensor '" + tensors_[t].name + "' too large");
+    if (tensors_[t].count && !current[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
+  }
+  uint32_t ce = opt.chunk_elems ? opt.chunk_elems : default_chunk_elems();
+  if (ce > format::kMaxChunkElems) return InvalidArgument("chunk_elems too large");
+  int threads = opt.threads > 0 ? opt.threads : kernel_threads();
+  ExtractFn extract = extract_fn(isa_supported(opt.isa) ? opt.isa : Isa::kScalar);
+
+  if (full) {
+    shadow_.assign(tensors_.size(), {});
+    for (size_t t = 0; t < tensors_.size(); ++t) shadow_[t].resize(tensors_[t].bytes());
+  }
+  std::vector<Block> blocks = make_blocks(tensors_, ce);
+  std::vector<std::vector<uint8_t>> frames(blocks.size());
+  std::vector<uint64_t> dig(blocks.size(), 0);
+  std::vector<EncodeStats> wstats(threads);
+  std::vector<EncScratch> scratch(threads);
+  std::mutex err_mu;
+  Status first_error;
+
+  parallel_for(blocks.size(), threads, [&](size_t bi, int w) {
+    const Block& b = blocks[bi];
+    const uint32_t es = tensors_[b.tensor].elem_size();
+    const uint8_t* cur = static_cast<const uint8_t*>(current[b.tensor]) + b.begin * es;
+    uint8_t* sh = shadow_[b.tensor].data() + b.begin * es;
+    EncodeStats& ws = wstats[w];
+    EncScratch& s = scratch[w];
+    ws.elements += b.n;
+    auto fail = [&](Status e) {
+      std::lock_guard<std::mutex> lk(err_mu);
+      if (first_error.ok()) first_error = std::move(e);
+    };
+    ChunkHeader h;
+    h.tensor = b.tensor;
+    h.elem_begin = b.begin;
+    h.elem_count = b.n;
+    if (full) {
+      double t0 = now_s();
+      memcpy(sh, cur, size_t(b.n) * es);
+      dig[bi] = format::digest_range(b.tensor, cur, b.begin, b.n, es);
+      double t1 = now_s();
+      ValueCodec vc = ValueCodec::kOverwrite;
+      std::span<const uint8_t> vals(cur, size_t(b.n) * es);
+      if (opt.compress_dense && !opt.paper_format) {
+        s.val.clear();
+        Status e = format::encode_values(ValueCodec::kOverwriteZstd, nullptr, cur, b.n, es, opt.zstd_level, s.zs, s.val);
+        if (!e.ok()) return fail(std::move(e));
+        if (s.val.size() < vals.size()) {
+          vc = ValueCodec::kOverwriteZstd;
+          vals = s.val;
+        }
+      }
+      h.change_count = b.n;
+      h.index_codec = IndexCodec::kDense;
+      h.value_codec = vc;
+      format::write_chunk(h, {}, vals, frames[bi]);
+      ws.changes += b.n;
+      ws.chunks++;
+      ws.dense_chunks++;
+      ws.value_bytes += vals.size();
+      ws.index_codec_chunks[0]++;
+      ws.value_codec_chunks[int(vc)]++;
+      ws.leb128_overwrite_bytes += format::kChunkHeaderBytes + size_t(b.n) * es;
+      ws.extract_seconds += t1 - t0;
+      ws.encode_seconds += now_s() - t1;
+      return;
+    }
+    if (s.pos.size() < b.n) {
+      s.pos.resize(ce);
+      s.oldv.resize(size_t(ce) * es);
+      s.newv.resize(size_t(ce) * es);
+    } else if (s.oldv.size() < size_t(b.n) * es) {
+      s.oldv.resize(size_t(ce) * es);
+      s.newv.resize(size_t(ce) * es);
+    }
+    double t0 = now_s();
+    size_t k = extract(cur, sh, b.n, es, s.pos.data(), s.oldv.data(), s.newv.data());
+    double t1 = now_s();
+    ws.extract_seconds += t1 - t0;
+    if (k == 0) return;
+    uint64_t d = 0;
+    for (size_t j = 0; j < k; ++j) {
+      uint64_t gi = b.begin + s.pos[j];
+      d += format::element_hash(b.tensor, gi, format::load_elem(&s.newv[j * es], es)) -
+           format::element_hash(b.tensor, gi, format::load_elem(&s.oldv[j * es], es));
+    }
+    dig[bi] = d;
+    const size_t raw = size_t(b.n) * es;
+    size_t leb = format::leb128_index_size(s.pos.data(), k);
+    ws.leb128_overwrite_bytes += format::kChunkHeaderBytes + std::min(leb + k * es, raw);
+    IndexCodec ic = IndexCodec::kLeb128;
+    size_t isz = leb;
+    uint32_t m = 1;
+    if (!opt.paper_format) {
+      m = format::golomb_parameter(s.pos.data(), k);
+      size_t g = format::golomb_index_size(s.pos.data(), k, m);
+      if (g < isz) { ic = IndexCodec::kGolomb; isz = g; }
+      size_t bm = format::bitmap_index_size(b.n);
+      if (bm < isz) { ic = IndexCodec::kBitmap; isz = bm; }
+    }
+    ValueCodec vc = ValueCodec::kOverwrite;
+    std::span<const uint8_t> vals;
+    if (isz + k * es >= raw) {
+      // Not smaller than the raw chunk: send it dense.
+      ic = IndexCodec::kDense;
+      h.change_count = b.n;
+      vals = std::span<const uint8_t>(cur, raw);
+      if (opt.compress_dense && !opt.paper_format) {
+        s.val.clear();
+        Status e = format::encode_values(ValueCodec::kOverwriteZstd, nullptr, cur, b.n, es, opt.zstd_level, s.zs, s.val);
+        if (!e.ok()) return fail(std::move(e));
+        if (s.val.size() < raw) { vc = ValueCodec::kOverwriteZstd; vals = s.val; }
+      }
+      s.idx.clear();
+      ws.dense_chunks++;
+    } else {
+      auto bv = best_values(s.oldv.data(), s.newv.data(), k, es, true, opt, s);
+      if (!bv.ok()) return fail(std::move(bv).take_status());
+      vc = bv.value();
+      if (isz + s.best.size() >= raw) {
+        ic = IndexCodec::kDense;
+        vc = ValueCodec::kOverwrite;
+        h.change_count = b.n;
+        vals = std::span<const uint8_t>(cur, raw);
+        s.idx.clear();
+        ws.dense_chunks++;
+      } else {
+        h.change_count = uint32_t(k);
+        vals = s.best;
+        s.idx.clear();
+        format::encode_index(ic, s.pos.data(), k, b.n, m, s.idx);
+        ws.index_entropy_bits += format::index_entropy_bits(b.n, k);
+        ws.sparse_index_bytes += s.idx.size();
+        ws.sparse_changes += k;
+      }
+    }
+    h.index_codec = ic;
+    h.value_codec = vc;
+    format::write_chunk(h, s.idx, vals, frames[bi]);
+    ws.changes += k;
+    ws.chunks++;
+    ws.index_bytes += s.idx.size();
+    ws.value_bytes += vals.size();
+    ws.index_codec_chunks[int(ic)]++;
+    ws.value_codec_chunks[int(vc)]++;
+    ws.encode_seconds += now_s() - t1;
+  });
+  if (!first_error.ok()) return first_error.context("encoding version " + std::to_string(version_ + 1));
+
+  format::Header hd;
+  hd.flags = full ? format::kFlagFull : 0;
+  hd.base_version = full ? 0 : version_;
+  hd.new_version = version_ + 1;
+  hd.chunk_elems = ce;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    format::TensorEntry e;
+    e.name = tensors_[t].name;
+    e.dtype = tensors_[t].dtype;
+    e.elem_size = uint8_t(tensors_[t].elem_size());
+    e.count = tensors_[t].count;
+    e.base_digest = full ? 0 : digests_[t];
+    hd.tensors.push_back(std::move(e));
+  }
+  std::vector<uint64_t> nd(tensors_.size(), 0);
+  if (!full) nd = digests_;
+  size_t total = 0, nchunks = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    nd[blocks[i].tensor] += dig[i];
+    total += frames[i].size();
+    nchunks += !frames[i].empty();
+  }
+  out.clear();
+  format::write_header(hd, out);
+  size_t header_bytes = out.size();
+  out.reserve(header_bytes + total + 32 + 8 * tensors_.size());
+  for (auto& f : frames) {
+    out.insert(out.end(), f.begin(), f.end());
+    std::vector<uint8_t>().swap(f);
+  }
+  format::Footer ft;
+  ft.chunk_count = nchunks;
+  ft.new_digests = nd;
+  format::write_footer(ft, out);
+
+  EncodeStats agg;
+  for (auto& w : wstats) merge(agg, w);
+  agg.dense_bytes = 0;
+  for (auto& t : tensors_) agg.dense_bytes += t.bytes();
+  agg.wire_bytes = out.size();
+  agg.leb128_overwrite_bytes += out.size() - total;  // same header and footer
+  agg.wall_seconds = now_s() - wall0;
+  *st = agg;
+  digests_ = std::move(nd);
+  version_++;
+  have_shadow_ = true;
+  SPARROW_INFO("encoded version %llu (%s): %llu changes in %llu chunks, %llu -> %llu bytes",
+               (unsigned long long)version_, full ? "full" : "delta", (unsigned long long)agg.changes,
+               (unsigned long long)agg.chunks, (unsigned long long)agg.dense_bytes, (unsigned long long)agg.wire_bytes);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
+                        std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt,
+                        ApplyStats* stats) {
+  double wall0 = now_s();
+  SPARROW_ASSIGN_OR_RETURN(format::CheckpointView cv, format::parse_checkpoint(checkpoint));
+  const format::Header& h = cv.header;
+  const size_t nt = h.tensors.size();
+  if (layout.size() != nt || targets.size() != nt)
+    return Error(Code::kInvalidUsage, "checkpoint has " + std::to_string(nt) + " tensors, receiver has " +
+                                          std::to_string(layout.size()));
+  for (size_t t = 0; t < nt; ++t) {
+    const auto& e = h.tensors[t];
+    if (e.count != layout[t].count || e.dtype != layout[t].dtype)
+      return Error(Code::kInvalidUsage, "tensor " + std::to_string(t) + " ('" + e.name + "'): checkpoint has " +
+                                            std::to_string(e.count) + " x " + format::dtype_name(e.dtype) +
+                                            ", receiver has " + std::to_string(layout[t].count) + " x " +
+                                            format::dtype_name(layout[t].dtype));
+    if (e.count && !targets[t]) return InvalidArgument("tensor '" + e.name + "': null target buffer");
+  }
+  const bool full = h.full();
+  int threads = opt.threads > 0 ? opt.threads : kernel_threads();
+  if (!full) {
+    if (state.version != h.base_version)
+      return VersionMismatch("receiver holds version " + std::to_string(state.version) + ", checkpoint applies to version " +
+                             std::to_string(h.base_version));
+    if (state.digests.size() != nt) return VersionMismatch("receiver has no digests for its buffers");
+    for (size_t t = 0; t < nt; ++t) {
+      if (state.digests[t] != h.tensors[t].base_digest)
+        return VersionMismatch("tensor '" + h.tensors[t].name + "' does not hold the checkpoint's base contents");
+      if (opt.verify_base &&
+          format::digest_tensor(uint32_t(t), targets[t], h.tensors[t].count, h.tensors[t].elem_size, threads) !=
+              h.tensors[t].base_digest)
+        return VersionMismatch("tensor '" + h.tensors[t].name + "' was modified since version " +
+                               std::to_string(state.version));
+    }
+  }
+
+  struct Staged {
+    std::vector<uint32_t> pos;
+    std::vector<uint8_t> vals;
+    const uint8_t* dense = nullptr;  // dense chunks: the new bytes of the whole range
+    uint64_t dig = 0;
+  };
+  struct Scratch {
+    std::vector<uint8_t> oldv, zs;
+  };
+  const size_t nc = cv.chunks.size();
+  std::vector<Staged> staged(nc);
+  std::vector<Status> errs(nc);
+  std::vector<Scratch> scratch(threads);
+  double t_dec0 = now_s();
+  parallel_for(nc, threads, [&](size_t i, int w) {
+    const format::ChunkView& c = cv.chunks[i];
+    const uint32_t t = c.h.tensor;
+    const uint32_t es = h.tensors[t].elem_size;
+    const uint8_t* base = static_cast<const uint8_t*>(targets[t]) + c.h.elem_begin * es;
+    Staged& sg = staged[i];
+    Scratch& s = scratch[w];
+    if (c.h.index_codec == IndexCodec::kDense) {
+      const uint32_t n = c.h.elem_count;
+      if (c.h.value_codec == ValueCodec::kOverwrite) {
+        if (c.values.size() != size_t(n) * es) {
+          errs[i] = CorruptData("overwrite values: " + std::to_string(c.values.size()) + " bytes, expected " +
+                                std::to_string(size_t(n) * es));
+          return;
+        }
+        sg.dense = c.values.data();
+      } else {
+        sg.vals.resize(size_t(n) * es);
+        errs[i] = format::decode_values(c.h.value_codec, c.values, full ? nullptr : base, n, es, s.zs, sg.vals.data());
+        if (!errs[i].ok()) return;
+        sg.dense = sg.vals.data();
+      }
+      sg.dig = format::digest_range(t, sg.dense, c.h.elem_begin, n, es);
+      if (!full) sg.dig -= format::digest_range(t, base, c.h.elem_begin, n, es);
+      return;
+    }
+    const uint32_t k = c.h.change_count;
+    sg.pos.resize(k);
+    errs[i] = format::decode_index(c.h.index_codec, c.index, c.h.elem_count, k, sg.pos.data());
+    if (!errs[i].ok()) return;
+    s.oldv.resize(size_t(k) * es);
+    gather(base, sg.pos.data(), k, es, s.oldv.data());
+    sg.vals.resize(size_t(k) * es);
+    errs[i] = format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data());
+    if (!errs[i].ok()) return;
+    uint64_t d = 0;
+    for (uint32_t j = 0; j < k; ++j) {
+      uint64_t gi = c.h.elem_begin + sg.pos[j];
+      d += format::element_hash(t, gi, format::load_elem(&sg.vals[size_t(j) * es], es)) -
+           format::element_hash(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es));
+    }
+    sg.dig = d;
+  });
+  for (size_t i = 0; i < nc; ++i) {
+    if (!errs[i].ok()) {
+      const auto& c = cv.chunks[i].h;
+      return std::move(errs[i]).context("chunk " + std::to_string(i) + " (tensor '" + h.tensors[c.tensor].name +
+                                        "', elements " + std::to_string(c.elem_begin) + ".." +
+                                        std::to_string(c.elem_begin + c.elem_count) + ")");
+    }
+  }
+  std::vector<uint64_t> nd(nt, 0);
+  if (!full) nd = state.digests;
+  for (size_t i = 0; i < nc; ++i) nd[cv.chunks[i].h.tensor] += staged[i].dig;
+  for (size_t t = 0; t < nt; ++t) {
+    if (nd[t] != cv.footer.new_digests[t]) {
+      std::string msg = "tensor '" + h.tensors[t].name + "': digest of the result does not match version " +
+                        std::to_string(h.new_version);
+      if (full) return CorruptData(msg);
+      return VersionMismatch(msg + " (the buffer differs from version " + std::to_string(h.base_version) + ")");
+    }
+  }
+  double t_wr0 = now_s();
+  parallel_for(nc, threads, [&](size_t i, int) {
+    const format::ChunkView& c = cv.chunks[i];
+    const uint32_t es = h.tensors[c.h.tensor].elem_size;
+    uint8_t* base = static_cast<uint8_t*>(targets[c.h.tensor]) + c.h.elem_begin * es;
+    const Staged& sg = staged[i];
+    if (sg.dense) memcpy(base, sg.dense, size_t(c.h.elem_count) * es);
+    else scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
+  });
+  state.version = h.new_version;
+  state.digests = std::move(cv.footer.new_digests);
+  if (stats) {
+    stats->chunks = nc;
+    stats->changes = 0;
+    for (auto& c : cv.chunks) stats->changes += c.h.change_count;
+    stats->wire_bytes = checkpoint.size();
+    double end = now_s();
+    stats->decode_seconds = t_wr0 - t_dec0;
+    stats->write_seconds = end - t_wr0;
+    stats->wall_seconds = end - wall0;
+  }
+  return Status::Ok();
+}
+
+}  // namespace sparrow::kernels::cpu

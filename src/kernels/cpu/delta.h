@@ -1,0 +1,106 @@
+// Sparse delta checkpoints of a set of tensors on the CPU: the root's encoder (shadow + extraction +
+// codec choice) and the receiver's apply (verify everything, then write).
+//
+// Threading: one DeltaEncoder / ReceiverState per buffer set, used by one thread at a time; both spread
+// their chunks over SPARROW_THREADS worker threads internally.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "format/checkpoint.h"
+#include "kernels/cpu/extract.h"
+
+namespace sparrow::kernels::cpu {
+
+struct TensorSpec {
+  std::string name;
+  uint8_t dtype = 9;  // sparrowDataType_t; bfloat16 by default
+  uint64_t count = 0;
+  uint32_t elem_size() const { return format::dtype_size(dtype); }
+  uint64_t bytes() const { return count * elem_size(); }
+};
+
+// SPARROW_CHUNK_ELEMS: elements per chunk (the unit of extraction, encoding, verification).
+uint32_t default_chunk_elems();
+
+struct EncodeOptions {
+  uint32_t chunk_elems = 0;     // 0: SPARROW_CHUNK_ELEMS
+  int threads = 0;              // 0: SPARROW_THREADS / all cores
+  int zstd_level = 1;
+  bool paper_format = false;    // SparrowRL's format only: leb128 gaps + overwritten values
+  bool compress_dense = true;   // try zstd on byte planes for dense (raw) chunks
+  bool try_xor = true;          // also try xor_zstd (sub_zstd and overwrite(_zstd) are always tried)
+  Isa isa = Isa::kScalar;       // set by the constructor of EncodeOptions users via best_isa()
+  EncodeOptions() : isa(best_isa()) {}
+};
+
+struct EncodeStats {
+  uint64_t elements = 0, dense_bytes = 0, wire_bytes = 0, changes = 0;
+  uint64_t chunks = 0, dense_chunks = 0, index_bytes = 0, value_bytes = 0;
+  uint64_t index_codec_chunks[format::kNumIndexCodecs] = {};
+  uint64_t value_codec_chunks[format::kNumValueCodecs] = {};
+  // The same changes in SparrowRL's format (leb128 gaps + raw values), with the same framing.
+  uint64_t leb128_overwrite_bytes = 0;
+  double index_entropy_bits = 0;  // sum over sparse chunks of log2 C(n, k)
+  uint64_t sparse_index_bytes = 0, sparse_changes = 0;  // over chunks that carry an index
+  double extract_seconds = 0;     // summed over threads: the compare/refresh pass alone
+  double encode_seconds = 0;      // summed over threads: codecs and framing
+  double wall_seconds = 0;
+  double density() const { return elements ? double(changes) / double(elements) : 0.0; }
+};
+
+class DeltaEncoder {
+ public:
+  explicit DeltaEncoder(std::vector<TensorSpec> tensors);
+
+  // Produces the next version from `current` (one pointer per tensor, in the constructor's order).
+  // The first call, and the first after reset(), is a full snapshot; later calls are deltas against
+  // the shadow (the last version produced), which they refresh. On failure the encoder resets, so the
+  // next call is a full snapshot again.
+  Result<std::vector<uint8_t>> encode(std::span<const void* const> current, const EncodeOptions& opt = {},
+                                      EncodeStats* stats = nullptr);
+  void reset();
+  uint64_t version() const { return version_; }
+  const std::vector<uint64_t>& digests() const { return digests_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+
+ private:
+  Status encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full, EncodeStats* st,
+                     std::vector<uint8_t>& out);
+  std::vector<TensorSpec> tensors_;
+  std::vector<std::vector<uint8_t>> shadow_;
+  std::vector<uint64_t> digests_;
+  uint64_t version_ = 0;
+  bool have_shadow_ = false;
+};
+
+// What a receiver knows about its buffers: the version they hold and their content digests.
+struct ReceiverState {
+  uint64_t version = 0;  // 0: never received
+  std::vector<uint64_t> digests;
+};
+
+struct ApplyOptions {
+  int threads = 0;            // 0: SPARROW_THREADS / all cores
+  bool verify_base = false;   // also recompute the base digest over the whole target (catches any user write)
+};
+
+struct ApplyStats {
+  uint64_t chunks = 0, changes = 0, wire_bytes = 0;
+  double decode_seconds = 0, write_seconds = 0, wall_seconds = 0;
+};
+
+// Applies a checkpoint to `targets` (one pointer per tensor of `layout`). Verifies, in order: every
+// frame checksum and the structure; that the layout matches (kInvalidUsage); that the receiver holds
+// the base version and base digests (kVersionMismatch); that every chunk decodes; that the resulting
+// digests equal the footer's. Only then does it write. On any error the targets and `state` are
+// untouched. A full snapshot applies whatever the receiver holds.
+Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
+                        std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt = {},
+                        ApplyStats* stats = nullptr);
+
+}  // namespace sparrow::kernels::cpu

@@ -1,0 +1,78 @@
+#include "core/params.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace sparrow::params {
+namespace {
+
+IntParam kTestInt("TEST_INT", 42, "test integer", 0, 1000);
+BoolParam kTestBool("TEST_BOOL", false, "test bool");
+StringParam kTestChoice("TEST_CHOICE", "a", "test choice", {"a", "b"});
+
+class ParamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { clear_overrides(); }
+  void TearDown() override {
+    unsetenv("SPARROW_TEST_INT");
+    unsetenv("SPARROW_TEST_BOOL");
+    unsetenv("SPARROW_TEST_CHOICE");
+    clear_overrides();
+  }
+};
+
+TEST_F(ParamsTest, DefaultsWhenUnset) {
+  EXPECT_EQ(kTestInt.get(), 42);
+  EXPECT_FALSE(kTestBool.get());
+  EXPECT_EQ(kTestInt.info().source, Source::kDefault);
+}
+
+TEST_F(ParamsTest, EnvironmentWithSuffixes) {
+  setenv("SPARROW_TEST_INT", "1K", 1);
+  setenv("SPARROW_TEST_BOOL", "yes", 1);
+  clear_overrides();  // forces re-resolution
+  EXPECT_EQ(kTestInt.get(), 42);  // 1024 is out of [0, 1000]: the default stays
+  EXPECT_NE(kTestInt.info().error.find("out of range"), std::string::npos);
+  setenv("SPARROW_TEST_INT", "0x1f", 1);
+  clear_overrides();
+  EXPECT_EQ(kTestInt.get(), 31);
+  EXPECT_EQ(kTestInt.info().source, Source::kEnv);
+  EXPECT_TRUE(kTestBool.get());
+  EXPECT_EQ(kTestBool.info().source, Source::kEnv);
+}
+
+TEST_F(ParamsTest, InvalidValueReportedByValidateAll) {
+  setenv("SPARROW_TEST_CHOICE", "zzz", 1);
+  clear_overrides();
+  EXPECT_EQ(kTestChoice.get(), "a");
+  Status s = validate_all();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("SPARROW_TEST_CHOICE='zzz'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("must be one of a b"), std::string::npos) << s.message();
+}
+
+TEST_F(ParamsTest, OverrideBeatsEnvironmentAndIsChecked) {
+  setenv("SPARROW_TEST_INT", "7", 1);
+  ASSERT_TRUE(set_override("TEST_INT", "9").ok());
+  EXPECT_EQ(kTestInt.get(), 9);
+  EXPECT_EQ(kTestInt.info().source, Source::kOverride);
+  EXPECT_EQ(set_override("TEST_INT", "nine").code(), Code::kInvalidArgument);
+  EXPECT_EQ(set_override("NO_SUCH_PARAM", "1").code(), Code::kInvalidArgument);
+  clear_overrides();
+  EXPECT_EQ(kTestInt.get(), 7);
+}
+
+TEST_F(ParamsTest, AllListsRegisteredParametersSorted) {
+  auto v = all();
+  ASSERT_GE(v.size(), 3u);
+  for (size_t i = 1; i < v.size(); ++i) EXPECT_LT(v[i - 1].name, v[i].name);
+  bool found = false;
+  for (auto& i : v) found |= i.name == "TEST_INT" && i.doc == "test integer";
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace sparrow::params

@@ -1,0 +1,54 @@
+#include "format/digest.h"
+
+#include <gtest/gtest.h>
+
+#include "harness/util.h"
+
+namespace sparrow::format {
+namespace {
+
+TEST(Digest, RangeSumsEqualWholeAndThreadsDoNotMatter) {
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    const uint64_t n = 3 * (1 << 20) + 17;
+    auto buf = test::random_bytes(n * es, es);
+    uint64_t whole = digest_range(5, buf.data(), 0, n, es);
+    uint64_t parts = digest_range(5, buf.data(), 0, 1000, es) + digest_range(5, buf.data() + 1000 * es, 1000, n - 1000, es);
+    EXPECT_EQ(whole, parts);
+    EXPECT_EQ(digest_tensor(5, buf.data(), n, es, 1), whole);
+    EXPECT_EQ(digest_tensor(5, buf.data(), n, es, 3), whole);
+  }
+}
+
+TEST(Digest, IncrementalUpdateMatchesRecomputation) {
+  const uint64_t n = 10000;
+  auto buf = test::random_bytes(n * 2, 7);
+  uint64_t d = digest_range(0, buf.data(), 0, n, 2);
+  uint64_t s = 99;
+  for (int i = 0; i < 100; ++i) {
+    uint64_t at = test::rng_next(s) % n;
+    uint64_t old = load_elem(&buf[at * 2], 2);
+    uint64_t nw = test::rng_next(s) & 0xffff;
+    store_elem(&buf[at * 2], 2, nw);
+    d += element_hash(0, at, nw) - element_hash(0, at, old);
+  }
+  EXPECT_EQ(d, digest_range(0, buf.data(), 0, n, 2));
+}
+
+TEST(Digest, SensitiveToPositionValueAndTensor) {
+  uint16_t a[2] = {1, 2}, b[2] = {2, 1};
+  EXPECT_NE(digest_range(0, a, 0, 2, 2), digest_range(0, b, 0, 2, 2));  // a permutation is a change
+  EXPECT_NE(digest_range(0, a, 0, 2, 2), digest_range(1, a, 0, 2, 2));
+  // -0.0f and +0.0f differ in bits, so they differ in digest.
+  uint32_t pz = 0x00000000, nz = 0x80000000;
+  EXPECT_NE(digest_range(0, &pz, 0, 1, 4), digest_range(0, &nz, 0, 1, 4));
+}
+
+TEST(Checksum, DetectsBitFlip) {
+  auto buf = test::random_bytes(4096, 3);
+  uint64_t c = checksum(buf.data(), buf.size());
+  buf[1234] ^= 0x10;
+  EXPECT_NE(c, checksum(buf.data(), buf.size()));
+}
+
+}  // namespace
+}  // namespace sparrow::format

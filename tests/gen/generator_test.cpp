@@ -1,0 +1,98 @@
+#include "gen/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "harness/util.h"
+
+namespace sparrow::gen {
+namespace {
+
+GenOptions small() {
+  GenOptions o;
+  o.model = "qwen3-0.6b";
+  o.layers = 1;
+  o.vocab = 512;
+  return o;
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to even (1.0).
+  EXPECT_EQ(float_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(float_to_bf16(-0.0f), 0x8000);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+}
+
+TEST(Generator, RealisticDensityAndUlpSizedChanges) {
+  auto g = UpdateGenerator::create(small());
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto& gen = *g.value();
+  std::vector<std::vector<uint16_t>> before;
+  for (size_t t = 0; t < gen.tensors().size(); ++t) {
+    const uint16_t* b = static_cast<const uint16_t*>(gen.buffers()[t]);
+    before.emplace_back(b, b + gen.tensors()[t].count);
+  }
+  uint64_t changed = gen.step();
+  double density = double(changed) / double(gen.elements());
+  EXPECT_GT(density, 0.002);
+  EXPECT_LT(density, 0.03);
+  uint64_t counted = 0, one_ulp = 0;
+  for (size_t t = 0; t < gen.tensors().size(); ++t) {
+    const uint16_t* b = static_cast<const uint16_t*>(gen.buffers()[t]);
+    for (size_t i = 0; i < before[t].size(); ++i) {
+      if (b[i] != before[t][i]) {
+        ++counted;
+        one_ulp += std::abs(int(b[i]) - int(before[t][i])) == 1;
+      }
+    }
+  }
+  EXPECT_EQ(counted, changed);
+  // Rounding makes most steps one ulp; weights near zero (tiny ulps) move by more.
+  EXPECT_GT(double(one_ulp) / double(counted), 0.85);
+}
+
+TEST(Generator, DeterministicAcrossThreadCounts) {
+  GenOptions a = small(), b = small();
+  a.threads = 1;
+  b.threads = 3;
+  auto ga = UpdateGenerator::create(a).value();
+  auto gb = UpdateGenerator::create(b).value();
+  ga->step();
+  gb->step();
+  for (size_t t = 0; t < ga->tensors().size(); ++t)
+    ASSERT_EQ(memcmp(ga->buffers()[t], gb->buffers()[t], ga->tensors()[t].bytes()), 0);
+}
+
+TEST(Generator, LearningRateDrivesDensity) {
+  GenOptions lo = small(), hi = small();
+  hi.lr = 1e-5;
+  auto glo = UpdateGenerator::create(lo).value();
+  auto ghi = UpdateGenerator::create(hi).value();
+  EXPECT_GT(ghi->step(), 3 * glo->step());
+  GenOptions bad = small();
+  bad.lr = 0;
+  EXPECT_EQ(UpdateGenerator::create(bad).status().code(), Code::kInvalidArgument);
+}
+
+TEST(MutateExact, ChangesExactlyTheRequestedCount) {
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    for (double d : {0.0, 0.01, 0.5, 1.0}) {
+      const uint64_t n = 10007;
+      auto buf = test::random_bytes(n * es, es);
+      auto orig = buf;
+      uint64_t k = mutate_exact(buf.data(), n, es, d, 5);
+      EXPECT_EQ(k, uint64_t(std::llround(d * n)));
+      uint64_t diff = 0;
+      for (uint64_t i = 0; i < n; ++i) diff += memcmp(&buf[i * es], &orig[i * es], es) != 0;
+      EXPECT_EQ(diff, k) << "es=" << es << " d=" << d;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sparrow::gen

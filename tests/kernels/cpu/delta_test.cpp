@@ -1,0 +1,275 @@
+#include "kernels/cpu/delta.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <cstring>
+
+#include "format/checkpoint.h"
+#include "gen/generator.h"
+#include "harness/util.h"
+
+namespace sparrow::kernels::cpu {
+namespace {
+
+// A root and a receiver over the same layout.
+struct Pair {
+  std::vector<TensorSpec> layout;
+  std::vector<std::vector<uint8_t>> root, recv;
+  ReceiverState state;
+  DeltaEncoder enc;
+  explicit Pair(std::vector<TensorSpec> l) : layout(l), enc(l) {
+    uint64_t seed = 1;
+    for (auto& t : layout) {
+      root.push_back(test::random_bytes(t.bytes(), seed++));
+      recv.emplace_back(t.bytes(), 0);
+    }
+  }
+  std::vector<const void*> src() const {
+    std::vector<const void*> v;
+    for (auto& b : root) v.push_back(b.data());
+    return v;
+  }
+  std::vector<void*> dst() {
+    std::vector<void*> v;
+    for (auto& b : recv) v.push_back(b.data());
+    return v;
+  }
+  Result<std::vector<uint8_t>> encode(const EncodeOptions& o = {}, EncodeStats* st = nullptr) {
+    auto s = src();
+    return enc.encode(s, o, st);
+  }
+  Status apply(std::span<const uint8_t> ck, const ApplyOptions& o = {}) {
+    auto d = dst();
+    return apply_checkpoint(ck, d, layout, state, o);
+  }
+  void mutate(double density, uint64_t seed) {
+    for (size_t t = 0; t < layout.size(); ++t)
+      gen::mutate_exact(root[t].data(), layout[t].count, layout[t].elem_size(), density, seed + t);
+  }
+  bool equal() const { return root == recv; }
+};
+
+std::vector<TensorSpec> mixed_layout() {
+  return {{"bf16", 9, 5000}, {"empty", 7, 0}, {"one", 8, 1}, {"i8", 0, 4097}, {"f32", 7, 3333}, {"u64", 5, 1025}, {"f16", 6, 2048}};
+}
+
+EncodeOptions small_chunks() {
+  EncodeOptions o;
+  o.chunk_elems = 1024;
+  return o;
+}
+
+TEST(Delta, StepsOverDensitiesAreBitExact) {
+  Pair p(mixed_layout());
+  auto ck = p.encode(small_chunks());
+  ASSERT_TRUE(ck.ok()) << ck.status().message();
+  ASSERT_TRUE(p.apply(ck.value()).ok());
+  EXPECT_TRUE(p.equal());
+  EXPECT_EQ(p.state.version, 1u);
+  uint64_t seed = 100;
+  for (double d : {0.0, 1e-4, 0.003, 0.01, 0.05, 0.3, 0.7, 1.0, 0.01}) {
+    p.mutate(d, seed++);
+    EncodeStats st;
+    auto c = p.encode(small_chunks(), &st);
+    ASSERT_TRUE(c.ok());
+    Status s = p.apply(c.value());
+    ASSERT_TRUE(s.ok()) << "density " << d << ": " << s.message();
+    EXPECT_TRUE(p.equal()) << "density " << d;
+    EXPECT_EQ(st.wire_bytes, c->size());
+    if (d == 0.0) EXPECT_EQ(st.chunks, 0u);
+  }
+  EXPECT_EQ(p.state.version, 10u);
+}
+
+TEST(Delta, SpecialFloatValuesSurvive) {
+  Pair p({{"f32", 7, 64}, {"bf16", 9, 64}});
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  const uint32_t f32[] = {0x80000000, 0x7fc00001, 0xffbadbad, 0x00000001, 0x7f800000, 0x00000000};
+  memcpy(p.root[0].data() + 8, f32, sizeof f32);
+  const uint16_t bf[] = {0x8000, 0x7fc1, 0x0001, 0xff80};
+  memcpy(p.root[1].data() + 2, bf, sizeof bf);
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  EXPECT_TRUE(p.equal());
+  // And back to +0 from -0: a change of bits only.
+  memset(p.root[0].data() + 8, 0, 4);
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  EXPECT_TRUE(p.equal());
+}
+
+TEST(Delta, OutputIndependentOfThreadsAndIsa) {
+  std::vector<std::vector<uint8_t>> outs;
+  for (int threads : {1, 3}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      Pair p({{"w", 9, 300000}, {"v", 7, 70001}});
+      EncodeOptions o = small_chunks();
+      o.threads = threads;
+      o.isa = isa;
+      ASSERT_TRUE(p.encode(o).ok());
+      p.mutate(0.01, 9);
+      auto c = p.encode(o);
+      ASSERT_TRUE(c.ok());
+      outs.push_back(c.value());
+    }
+  }
+  for (auto& o : outs) EXPECT_EQ(o, outs[0]);
+}
+
+TEST(Delta, PaperFormatRoundTripsAndIsLarger) {
+  Pair a({{"w", 9, 1 << 18}}), b({{"w", 9, 1 << 18}});
+  EncodeOptions paper;
+  paper.paper_format = true;
+  ASSERT_TRUE(a.apply(a.encode().value()).ok());
+  ASSERT_TRUE(b.apply(b.encode(paper).value()).ok());
+  // Same realistic-looking ulp-sized change on both.
+  for (Pair* p : {&a, &b}) {
+    uint64_t s = 3;
+    for (size_t i = 0; i < (1 << 18); ++i)
+      if (test::rng_next(s) % 100 == 0) p->root[0][2 * i] += 1;
+  }
+  EncodeStats sa, sb;
+  auto ca = a.encode({}, &sa);
+  auto cb = b.encode(paper, &sb);
+  ASSERT_TRUE(a.apply(ca.value()).ok());
+  ASSERT_TRUE(b.apply(cb.value()).ok());
+  EXPECT_TRUE(a.equal());
+  EXPECT_TRUE(b.equal());
+  EXPECT_EQ(sb.index_codec_chunks[int(format::IndexCodec::kLeb128)], sb.chunks);
+  EXPECT_EQ(sb.value_codec_chunks[int(format::ValueCodec::kOverwrite)], sb.chunks);
+  EXPECT_EQ(sa.leb128_overwrite_bytes, cb->size());  // the paper-format estimate is exact
+  EXPECT_LT(ca->size() * 2, cb->size());
+}
+
+TEST(Delta, WrongBaseVersionIsRejectedUntouched) {
+  Pair p({{"w", 9, 5000}});
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  p.mutate(0.01, 1);
+  auto v2 = p.encode().value();
+  p.mutate(0.01, 2);
+  auto v3 = p.encode().value();
+  auto before = p.recv;
+  Status s = p.apply(v3);  // skipped v2
+  EXPECT_EQ(s.code(), Code::kVersionMismatch);
+  EXPECT_NE(s.message().find("holds version 1"), std::string::npos) << s.message();
+  EXPECT_EQ(p.recv, before);
+  EXPECT_EQ(p.state.version, 1u);
+  ASSERT_TRUE(p.apply(v2).ok());
+  ASSERT_TRUE(p.apply(v3).ok());
+  EXPECT_TRUE(p.equal());
+}
+
+TEST(Delta, UserWriteIntoReceiverIsCaught) {
+  Pair p({{"w", 9, 50000}});
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  p.mutate(0.01, 1);
+  auto v2 = p.encode().value();
+  // The user writes into a position the step changes: the result digest cannot match.
+  auto cv = format::parse_checkpoint(v2).value();
+  std::vector<uint32_t> pos(cv.chunks[0].h.change_count);
+  ASSERT_TRUE(format::decode_index(cv.chunks[0].h.index_codec, cv.chunks[0].index, cv.chunks[0].h.elem_count,
+                                   uint32_t(pos.size()), pos.data()).ok());
+  p.recv[0][2 * pos[0]] ^= 1;
+  auto before = p.recv;
+  Status s = p.apply(v2);
+  EXPECT_EQ(s.code(), Code::kVersionMismatch) << s.message();
+  EXPECT_EQ(p.recv, before);
+  // A write elsewhere is invisible to the incremental check but caught by verify_base.
+  p.recv[0][2 * pos[0]] ^= 1;
+  uint32_t elsewhere = pos[0] == 0 ? 1 : 0;
+  while (std::find(pos.begin(), pos.end(), elsewhere) != pos.end()) ++elsewhere;
+  p.recv[0][2 * elsewhere] ^= 1;
+  ApplyOptions strict;
+  strict.verify_base = true;
+  before = p.recv;
+  s = p.apply(v2, strict);
+  EXPECT_EQ(s.code(), Code::kVersionMismatch);
+  EXPECT_NE(s.message().find("was modified"), std::string::npos) << s.message();
+  EXPECT_EQ(p.recv, before);
+  // A full snapshot (resync) repairs it.
+  p.enc.reset();
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  EXPECT_TRUE(p.equal());
+}
+
+TEST(Delta, CorruptOrTruncatedCheckpointNeverHalfApplies) {
+  Pair p({{"w", 9, 20000}, {"f", 7, 5000}});
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  p.mutate(0.02, 4);
+  auto good = p.encode(small_chunks()).value();
+  auto before = p.recv;
+  uint64_t s = 77;
+  for (int trial = 0; trial < 300; ++trial) {
+    auto bad = good;
+    size_t at = test::rng_next(s) % bad.size();
+    bad[at] ^= uint8_t(1 << (test::rng_next(s) % 8));
+    ReceiverState st = p.state;
+    auto d = p.dst();
+    EXPECT_FALSE(apply_checkpoint(bad, d, p.layout, st, {}).ok()) << "flip at " << at;
+    EXPECT_EQ(st.version, p.state.version);
+    ASSERT_EQ(p.recv, before) << "flip at " << at << " modified the target";
+  }
+  for (size_t len : {size_t(0), size_t(10), good.size() / 2, good.size() - 1}) {
+    EXPECT_EQ(p.apply(std::span<const uint8_t>(good.data(), len)).code(), Code::kCorruptData);
+    ASSERT_EQ(p.recv, before);
+  }
+  ASSERT_TRUE(p.apply(good).ok());
+  EXPECT_TRUE(p.equal());
+}
+
+TEST(Delta, LayoutMismatchIsInvalidUsage) {
+  Pair p({{"w", 9, 100}});
+  auto ck = p.encode().value();
+  ReceiverState st;
+  std::vector<uint8_t> buf(400);
+  void* d[] = {buf.data()};
+  std::vector<TensorSpec> other = {{"w", 7, 100}};
+  EXPECT_EQ(apply_checkpoint(ck, d, other, st).code(), Code::kInvalidUsage);
+  std::vector<TensorSpec> longer = {{"w", 9, 101}};
+  EXPECT_EQ(apply_checkpoint(ck, d, longer, st).code(), Code::kInvalidUsage);
+}
+
+TEST(Delta, EncoderRejectsBadArguments) {
+  DeltaEncoder enc({{"w", 9, 10}});
+  std::vector<const void*> none;
+  EXPECT_EQ(enc.encode(none).status().code(), Code::kInvalidArgument);
+  std::vector<const void*> null = {nullptr};
+  EXPECT_EQ(enc.encode(null).status().code(), Code::kInvalidArgument);
+  DeltaEncoder bad({{"w", 77, 10}});
+  uint8_t x[80];
+  std::vector<const void*> one = {x};
+  EXPECT_EQ(bad.encode(one).status().code(), Code::kInvalidArgument);
+}
+
+TEST(Delta, RealisticStepIsSmall) {
+  gen::GenOptions go;
+  go.model = "qwen3-0.6b";
+  go.layers = 1;
+  go.vocab = 1024;
+  auto g = gen::UpdateGenerator::create(go);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto& gen = *g.value();
+  DeltaEncoder enc(gen.tensors());
+  ReceiverState st;
+  std::vector<std::vector<uint8_t>> recv;
+  std::vector<void*> dst;
+  for (auto& t : gen.tensors()) recv.emplace_back(t.bytes());
+  for (auto& r : recv) dst.push_back(r.data());
+  ASSERT_TRUE(apply_checkpoint(enc.encode(gen.buffers()).value(), dst, gen.tensors(), st).ok());
+  for (int step = 0; step < 3; ++step) {
+    gen.step();
+    EncodeStats es;
+    auto ck = enc.encode(gen.buffers(), {}, &es).value();
+    ASSERT_TRUE(apply_checkpoint(ck, dst, gen.tensors(), st).ok());
+    EXPECT_GT(es.density(), 0.001);
+    EXPECT_LT(es.density(), 0.05);
+    EXPECT_GT(double(es.dense_bytes) / double(es.wire_bytes), 50.0);
+    EXPECT_LT(es.wire_bytes, es.leb128_overwrite_bytes);
+  }
+  auto src = gen.buffers();
+  for (size_t t = 0; t < recv.size(); ++t) ASSERT_EQ(memcmp(recv[t].data(), src[t], recv[t].size()), 0);
+}
+
+}  // namespace
+}  // namespace sparrow::kernels::cpu
