@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "core/parallel.h"
@@ -13,27 +14,35 @@ uint64_t checksum(const void* data, size_t len, uint64_t seed) { return XXH3_64b
 
 namespace {
 template <typename T>
-uint64_t digest_typed(uint32_t tensor, const T* p, uint64_t first, uint64_t count) {
+inline uint64_t at(const uint8_t* p, uint64_t i) {  // data may be unaligned (e.g. inside a checkpoint)
+  T v;
+  memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <typename T>
+uint64_t digest_typed(uint32_t tensor, const uint8_t* p, uint64_t first, uint64_t count) {
   // Four independent accumulators let the multiplies of neighbouring elements overlap.
   uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   uint64_t i = 0;
   for (; i + 4 <= count; i += 4) {
-    a0 += element_hash(tensor, first + i, p[i]);
-    a1 += element_hash(tensor, first + i + 1, p[i + 1]);
-    a2 += element_hash(tensor, first + i + 2, p[i + 2]);
-    a3 += element_hash(tensor, first + i + 3, p[i + 3]);
+    a0 += element_hash(tensor, first + i, at<T>(p, i));
+    a1 += element_hash(tensor, first + i + 1, at<T>(p, i + 1));
+    a2 += element_hash(tensor, first + i + 2, at<T>(p, i + 2));
+    a3 += element_hash(tensor, first + i + 3, at<T>(p, i + 3));
   }
-  for (; i < count; ++i) a0 += element_hash(tensor, first + i, p[i]);
+  for (; i < count; ++i) a0 += element_hash(tensor, first + i, at<T>(p, i));
   return a0 + a1 + a2 + a3;
 }
 }  // namespace
 
 uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
   switch (elem_size) {
-    case 1: return digest_typed(tensor, static_cast<const uint8_t*>(data), first, count);
-    case 2: return digest_typed(tensor, static_cast<const uint16_t*>(data), first, count);
-    case 4: return digest_typed(tensor, static_cast<const uint32_t*>(data), first, count);
-    default: return digest_typed(tensor, static_cast<const uint64_t*>(data), first, count);
+    case 1: return digest_typed<uint8_t>(tensor, p, first, count);
+    case 2: return digest_typed<uint16_t>(tensor, p, first, count);
+    case 4: return digest_typed<uint32_t>(tensor, p, first, count);
+    default: return digest_typed<uint64_t>(tensor, p, first, count);
   }
 }
 

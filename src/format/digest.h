@@ -28,9 +28,19 @@ inline uint64_t fmix64(uint64_t k) {
   return k;
 }
 
-// H(tensor, index, bits). Bijective in `bits` for a fixed (tensor, index).
+// H(tensor, index, bits) = fmix64(((index ^ tensor << 40) * K1) ^ (bits * K2)), with odd K1, K2: one
+// 64-bit finaliser per element, and bijective in `bits` for a fixed (tensor, index) since every step is.
+constexpr uint64_t kHashK1 = 0x9E3779B97F4A7C15ULL;
+constexpr uint64_t kHashK2 = 0xD6E8FEB86659FD93ULL;
+inline uint64_t position_key(uint32_t tensor, uint64_t index) { return (index ^ (uint64_t(tensor) << 40)) * kHashK1; }
+inline uint64_t element_hash_keyed(uint64_t key, uint64_t bits) { return fmix64(key ^ (bits * kHashK2)); }
 inline uint64_t element_hash(uint32_t tensor, uint64_t index, uint64_t bits) {
-  return fmix64(fmix64(index ^ (uint64_t(tensor) << 40) ^ 0x9E3779B97F4A7C15ULL) ^ bits);
+  return element_hash_keyed(position_key(tensor, index), bits);
+}
+// The digest change when one element goes from `old_bits` to `new_bits`.
+inline uint64_t element_hash_delta(uint32_t tensor, uint64_t index, uint64_t old_bits, uint64_t new_bits) {
+  uint64_t key = position_key(tensor, index);
+  return element_hash_keyed(key, new_bits) - element_hash_keyed(key, old_bits);
 }
 
 // Loads one element (1, 2, 4 or 8 bytes, little-endian) zero-extended to 64 bits.

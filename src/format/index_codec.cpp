@@ -175,8 +175,32 @@ Status decode_index(IndexCodec c, std::span<const uint8_t> in, uint32_t n, uint3
       BitReader rd(in.subspan(br.pos()));
       uint64_t qlimit = n / m;
       uint64_t next = 0;
+      const int rb = tb.b > 0 ? tb.b - 1 : 0;
+      const uint64_t rmask = (1ull << rb) - 1;
       for (uint32_t i = 0; i < k; ++i) {
         uint64_t q, r;
+        if (rd.fast_ok()) {
+          // One 64-bit load decodes the whole symbol when it fits in 57 bits (almost always).
+          uint64_t w = rd.peek_fast();
+          if (w != 0) {
+            int z = __builtin_ctzll(w);
+            if (z + rb + 2 <= 57) {
+              int used = z + 1 + rb;
+              r = (w >> (z + 1)) & rmask;
+              if (tb.b > 0 && r >= tb.u) {
+                r = ((r << 1) | ((w >> used) & 1)) - tb.u;
+                ++used;
+              }
+              if (uint64_t(z) > qlimit) return bad("golomb", "truncated or oversized quotient");
+              rd.skip(used);
+              uint64_t p = next + uint64_t(z) * m + r;
+              if (p >= n) return bad("golomb", "position beyond chunk end");
+              pos[i] = uint32_t(p);
+              next = p + 1;
+              continue;
+            }
+          }
+        }
         if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
         if (!rd.get(tb.b > 0 ? tb.b - 1 : 0, &r)) return bad("golomb", "truncated remainder");
         if (tb.b > 0 && r >= tb.u) {

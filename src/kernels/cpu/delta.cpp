@@ -195,8 +195,8 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     uint64_t d = 0;
     for (size_t j = 0; j < k; ++j) {
       uint64_t gi = b.begin + s.pos[j];
-      d += format::element_hash(b.tensor, gi, format::load_elem(&s.newv[j * es], es)) -
-           format::element_hash(b.tensor, gi, format::load_elem(&s.oldv[j * es], es));
+      d += format::element_hash_delta(b.tensor, gi, format::load_elem(&s.oldv[j * es], es),
+                                      format::load_elem(&s.newv[j * es], es));
     }
     dig[bi] = d;
     const size_t raw = size_t(b.n) * es;
@@ -404,8 +404,8 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     uint64_t d = 0;
     for (uint32_t j = 0; j < k; ++j) {
       uint64_t gi = c.h.elem_begin + sg.pos[j];
-      d += format::element_hash(t, gi, format::load_elem(&sg.vals[size_t(j) * es], es)) -
-           format::element_hash(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es));
+      d += format::element_hash_delta(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es),
+                                      format::load_elem(&sg.vals[size_t(j) * es], es));
     }
     sg.dig = d;
   });

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# README command two: set up, build, and run every test (unit, integration, C99 header, exported
+# symbols, demo and bench smoke tests), then fuzz the checkpoint decoder for a bounded time.
+#   SPARROW_FUZZ_SECONDS  fuzzing time (default 60; 0 skips it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+(cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
+fuzz=${SPARROW_FUZZ_SECONDS:-60}
+if [ "$fuzz" -gt 0 ]; then
+  bash scripts/fuzz.sh "$fuzz"
+fi
