@@ -4,9 +4,9 @@
  * This header mirrors NCCL's: types and numeric values match ncclDataType_t / ncclResult_t where NCCL
  * has them. It is C99 and C++ compatible. Only symbols starting with `sparrow` are exported.
  *
- * This release provides the library's foundation (errors, versioning). The communicator and the
- * collectives of the design (sparrowCommInitRank, sparrowBroadcast, sparrowSparseBcast, ...) are
- * added to this header as they are implemented; nothing is declared here that does not exist.
+ * This release provides the communicator (bootstrap, authenticated transport, probing). The
+ * collectives of the design (sparrowBroadcast, sparrowSparseBcast, groups) are added to this header
+ * as they are implemented; nothing is declared here that does not exist.
  */
 #ifndef SPARROW_SPARROW_H_
 #define SPARROW_SPARROW_H_
@@ -61,8 +61,40 @@ typedef enum {
 /* Library version as SPARROW_VERSION_CODE of the loaded library. Any thread. */
 sparrowResult_t sparrowGetVersion(int* version);
 
+/* Creates a communicator id: a random 128-bit secret and the address of a rendezvous store that this
+ * call starts in the calling process (it serves until every rank has joined). Call it on one rank and
+ * pass the id to the others out of band (MPI_Bcast, a file, ...), as with ncclGetUniqueId. The id is a
+ * credential: connections prove knowledge of its secret. */
+sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId);
+
+/* Joins rank `rank` of `nranks` to the communicator named by commId. Collective: blocks until every
+ * rank has joined (or SPARROW_TIMEOUT_S passes: sparrowTimeout), then probes link bandwidth and RTT
+ * within SPARROW_PROBE_MS. One communicator is used by one thread at a time; several may live in one
+ * process. */
+sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank);
+
+/* Frees the communicator and closes its connections. Not collective. */
+sparrowResult_t sparrowCommDestroy(sparrowComm_t comm);
+
+/* Fails every pending and future operation of the communicator (they return an error instead of
+ * waiting), closes its connections and frees it. May be called from another thread to unblock one
+ * that waits. */
+sparrowResult_t sparrowCommAbort(sparrowComm_t comm);
+
+sparrowResult_t sparrowCommCount(const sparrowComm_t comm, int* count);
+sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int* rank);
+
+/* The first asynchronous error the communicator met (a lost peer, a timeout, an abort), or
+ * sparrowSuccess. */
+sparrowResult_t sparrowCommGetAsyncError(sparrowComm_t comm, sparrowResult_t* asyncError);
+
 /* A static, human-readable name of a result code. Any thread; never NULL. */
 const char* sparrowGetErrorString(sparrowResult_t result);
+
+/* The message of the last error on this communicator (or, with comm == NULL, of the last failed call
+ * on this thread), naming the peer rank and address where one was involved. Valid until the next
+ * call on the same thread; never NULL. */
+const char* sparrowGetLastError(sparrowComm_t comm);
 
 #ifdef __cplusplus
 } /* extern "C" */

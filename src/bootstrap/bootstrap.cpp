@@ -1,0 +1,268 @@
+#include "bootstrap/bootstrap.h"
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/log.h"
+#include "format/bits.h"
+#include "transport/auth.h"
+#include "transport/channel.h"
+#include "transport/tcp/socket.h"
+#include "transport/tcp/tcp_backend.h"
+
+namespace sparrow::bootstrap {
+
+using transport::ConnPtr;
+using transport::FrameHeader;
+using transport::MsgKey;
+
+namespace {
+
+constexpr uint32_t kIdMagic = 0x44495053;  // "SPID"
+constexpr uint32_t kSubRegister = 1, kSubTable = 2;
+constexpr size_t kMaxRegistration = 4096;
+
+void put_str(std::vector<uint8_t>& o, const std::string& s) {
+  format::put_u16(o, uint16_t(s.size()));
+  o.insert(o.end(), s.begin(), s.end());
+}
+Status get_str(format::ByteReader& r, std::string* s) {
+  uint16_t n;
+  const uint8_t* p;
+  SPARROW_RETURN_IF_ERROR(r.u16(&n));
+  SPARROW_RETURN_IF_ERROR(r.bytes(n, &p));
+  s->assign(reinterpret_cast<const char*>(p), n);
+  return Status::Ok();
+}
+
+// The store: a TCP backend of its own whose sink collects registrations.
+class Store : public transport::FrameSink, public std::enable_shared_from_this<Store> {
+ public:
+  Status start(const IdData& id) {
+    id_ = id;
+    transport::BackendOptions bo;
+    bo.identity.comm_id = id.comm_id;
+    bo.identity.rank = -1;  // the store's "rank" in the handshake
+    bo.identity.secret = id.secret;
+    SPARROW_ASSIGN_OR_RETURN(bo.bind_host, transport::net::local_host());
+    SPARROW_ASSIGN_OR_RETURN(be_, transport::make_tcp_backend(bo));
+    SPARROW_ASSIGN_OR_RETURN(address_, be_->listen([this](const ConnPtr& c) -> transport::FrameSink* {
+                               std::lock_guard<std::mutex> lk(mu_);
+                               conns_[c.get()] = c;
+                               return this;
+                             }));
+    return Status::Ok();
+  }
+  const std::string& address() const { return address_; }
+  bool finished() const { return sent_ > 0 && sent_ == expected_sends_; }
+  void shutdown() { be_.reset(); }
+
+  Result<uint8_t*> frame_begin(transport::Conn* c, const FrameHeader& h) override {
+    if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || h.key.sub != kSubRegister)
+      return CorruptData("unexpected message to the rendezvous store");
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& b = bufs_[c];
+    b.resize(h.total);
+    return b.data() + h.offset;
+  }
+  void frame_end(transport::Conn* c, const FrameHeader& h) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& b = bufs_[c];
+    if (h.offset + h.len != b.size()) return;  // registrations are single-fragment
+    format::ByteReader r(b, "registration");
+    uint32_t rank, nranks, nstreams;
+    RankInfo info;
+    Status s = r.u32(&rank);
+    if (s.ok()) s = r.u32(&nranks);
+    if (s.ok()) s = r.u32(&nstreams);
+    if (s.ok()) s = get_str(r, &info.address);
+    if (s.ok()) s = get_str(r, &info.host);
+    if (s.ok()) s = get_str(r, &info.region);
+    info.nstreams = int(nstreams);
+    if (!s.ok()) return fail_locked(s.message());
+    if (nranks == 0 || nranks > (1u << 20)) return fail_locked("invalid rank count " + std::to_string(nranks));
+    if (nranks_ == 0) nranks_ = nranks;
+    if (nranks != nranks_)
+      return fail_locked("rank " + std::to_string(rank) + " says there are " + std::to_string(nranks) + " ranks, rank " +
+                         std::to_string(first_rank_) + " said " + std::to_string(nranks_));
+    if (rank >= nranks) return fail_locked("rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks");
+    if (table_.empty()) {
+      table_.resize(nranks);
+      who_.resize(nranks);
+      first_rank_ = rank;
+    }
+    if (who_[rank]) return fail_locked("two processes registered as rank " + std::to_string(rank));
+    if (registered_ > 0 && info.nstreams != table_[first_rank_].nstreams)
+      return fail_locked("SPARROW_NSTREAMS differs between ranks (" + std::to_string(info.nstreams) + " vs " +
+                         std::to_string(table_[first_rank_].nstreams) + ")");
+    table_[rank] = info;
+    who_[rank] = c;
+    ++registered_;
+    if (!failed_.empty()) return reply_locked(c, error_table(failed_));
+    if (registered_ == nranks_) {
+      std::vector<uint8_t> t;
+      format::put_u32(t, 0);
+      format::put_u32(t, nranks_);
+      for (auto& ri : table_) {
+        format::put_u32(t, uint32_t(ri.nstreams));
+        put_str(t, ri.address);
+        put_str(t, ri.host);
+        put_str(t, ri.region);
+      }
+      auto shared = std::make_shared<std::vector<uint8_t>>(std::move(t));
+      for (auto* w : who_) reply_locked(w, shared);
+    }
+  }
+  void conn_failed(transport::Conn*, const Status&) override {}
+
+ private:
+  std::shared_ptr<std::vector<uint8_t>> error_table(const std::string& msg) {
+    std::vector<uint8_t> t;
+    format::put_u32(t, 1);
+    put_str(t, msg.substr(0, 60000));
+    return std::make_shared<std::vector<uint8_t>>(std::move(t));
+  }
+  void fail_locked(const std::string& msg) {
+    SPARROW_WARN("rendezvous store: %s", msg.c_str());
+    if (failed_.empty()) failed_ = msg;
+    auto t = error_table(failed_);
+    for (auto& [p, c] : conns_) reply_locked(p, t);
+  }
+  void reply_locked(transport::Conn* c, std::shared_ptr<std::vector<uint8_t>> t) {
+    if (!c || replied_.count(c)) return;
+    replied_[c] = true;
+    FrameHeader h;
+    h.key = MsgKey{id_.comm_id, 0, kSubTable};
+    h.total = h.len = uint32_t(t->size());
+    ++expected_sends_;
+    auto self = shared_from_this();
+    // The completion may run inline, on this thread, while mu_ is held: it only touches an atomic.
+    c->send(h, transport::Payload{t->data(), t->size(), t}, [self](const Status&) { ++self->sent_; });
+  }
+
+  IdData id_;
+  std::string address_;
+  std::unique_ptr<transport::Backend> be_;
+  mutable std::mutex mu_;
+  std::map<transport::Conn*, ConnPtr> conns_;
+  std::map<transport::Conn*, std::vector<uint8_t>> bufs_;
+  std::map<transport::Conn*, bool> replied_;
+  std::vector<RankInfo> table_;
+  std::vector<transport::Conn*> who_;
+  uint32_t nranks_ = 0, registered_ = 0, first_rank_ = 0;
+  std::atomic<size_t> expected_sends_{0}, sent_{0};
+  std::string failed_;
+};
+
+std::mutex g_mu;
+std::vector<std::shared_ptr<Store>> g_stores;
+
+void reap_locked() {
+  for (auto it = g_stores.begin(); it != g_stores.end();) {
+    if ((*it)->finished()) {
+      (*it)->shutdown();
+      it = g_stores.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace
+
+void encode_id(const IdData& d, uint8_t out[kIdBytes]) {
+  memset(out, 0, kIdBytes);
+  std::vector<uint8_t> v;
+  format::put_u32(v, kIdMagic);
+  format::put_u16(v, 1);
+  format::put_u16(v, uint16_t(d.store_address.size()));
+  format::put_u64(v, d.comm_id);
+  v.insert(v.end(), d.secret.begin(), d.secret.end());
+  v.insert(v.end(), d.store_address.begin(), d.store_address.end());
+  memcpy(out, v.data(), std::min(v.size(), kIdBytes));
+}
+
+Result<IdData> decode_id(const uint8_t in[kIdBytes]) {
+  if (format::load_u32(in) != kIdMagic) return InvalidArgument("not a sparrow unique id (was it made by sparrowGetUniqueId?)");
+  uint16_t ver = uint16_t(in[4] | in[5] << 8), len = uint16_t(in[6] | in[7] << 8);
+  if (ver != 1) return InvalidArgument("unique id version " + std::to_string(ver) + " is not supported");
+  if (len == 0 || 32 + len > kIdBytes) return InvalidArgument("corrupt unique id");
+  IdData d;
+  d.comm_id = format::load_u64(in + 8);
+  d.secret.assign(in + 16, in + 32);
+  d.store_address.assign(reinterpret_cast<const char*>(in + 32), len);
+  return d;
+}
+
+Result<IdData> create_id() {
+  IdData d;
+  d.secret.resize(16);
+  SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(d.secret.data(), 16));
+  SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(&d.comm_id, 8));
+  auto store = std::make_shared<Store>();
+  SPARROW_RETURN_IF_ERROR(store->start(d));
+  d.store_address = store->address();
+  if (32 + d.store_address.size() > kIdBytes) return InternalError("store address too long for a unique id");
+  std::lock_guard<std::mutex> lk(g_mu);
+  reap_locked();
+  g_stores.push_back(store);
+  return d;
+}
+
+size_t live_stores() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  reap_locked();
+  return g_stores.size();
+}
+
+Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
+                                       transport::Deadline d) {
+  transport::BackendOptions bo;
+  bo.identity.comm_id = id.comm_id;
+  bo.identity.rank = rank;
+  bo.identity.secret = id.secret;
+  bo.bind_host = "127.0.0.1";  // this backend only connects out
+  SPARROW_ASSIGN_OR_RETURN(auto be, transport::make_tcp_backend(bo));
+  transport::Mailbox box("the rendezvous store (" + id.store_address + ")");
+  auto conn = be->connect(id.store_address, -1, 0, &box, d);
+  if (!conn.ok()) return std::move(conn).take_status().context("reaching the rendezvous store");
+  ConnPtr c = conn.value();
+  transport::Channel ch({c});
+  std::vector<uint8_t> reg;
+  format::put_u32(reg, uint32_t(rank));
+  format::put_u32(reg, uint32_t(nranks));
+  format::put_u32(reg, uint32_t(me.nstreams));
+  put_str(reg, me.address);
+  put_str(reg, me.host);
+  put_str(reg, me.region);
+  auto req = ch.send(MsgKey{id.comm_id, 0, kSubRegister}, transport::Payload{reg.data(), reg.size(), nullptr});
+  SPARROW_RETURN_IF_ERROR(req->wait(d));
+  auto t = box.recv(MsgKey{id.comm_id, 0, kSubTable}, d);
+  ch.close();
+  if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
+  format::ByteReader r(t.value(), "rendezvous table");
+  uint32_t status, n;
+  SPARROW_RETURN_IF_ERROR(r.u32(&status));
+  if (status != 0) {
+    std::string msg;
+    SPARROW_RETURN_IF_ERROR(get_str(r, &msg));
+    return Error(Code::kInvalidUsage, "rendezvous failed: " + msg);
+  }
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (n != uint32_t(nranks)) return Error(Code::kInvalidUsage, "rendezvous table has " + std::to_string(n) + " ranks");
+  std::vector<RankInfo> out(n);
+  for (auto& ri : out) {
+    uint32_t ns;
+    SPARROW_RETURN_IF_ERROR(r.u32(&ns));
+    ri.nstreams = int(ns);
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.address));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.host));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.region));
+  }
+  return out;
+}
+
+}  // namespace sparrow::bootstrap

@@ -1,0 +1,45 @@
+// Bootstrap: the unique id and the rendezvous store.
+//
+// sparrowGetUniqueId creates a random communicator id and 128-bit secret and starts a rendezvous
+// store in the calling process (one epoll thread, port 0). The 128-byte id carries the store's
+// address and the secret. Each rank connects to the store (authenticating with the secret like any
+// connection), registers its listening address, host and region, and receives everyone's once all
+// ranks registered. The store then shuts itself down.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace sparrow::bootstrap {
+
+constexpr size_t kIdBytes = 128;
+
+struct IdData {
+  uint64_t comm_id = 0;
+  std::vector<uint8_t> secret;  // 16 bytes
+  std::string store_address;
+};
+void encode_id(const IdData& d, uint8_t out[kIdBytes]);
+Result<IdData> decode_id(const uint8_t in[kIdBytes]);
+
+// Creates a fresh id and starts its store in this process.
+Result<IdData> create_id();
+
+struct RankInfo {
+  std::string address, host, region;
+  int nstreams = 1;
+};
+
+// Registers `me` as `rank` of `nranks` and returns every rank's info (index = rank). The store is
+// always reached over TCP, whatever transport the communicator uses.
+Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
+                                       transport::Deadline d);
+
+// Stores started by this process that have not finished yet (tests).
+size_t live_stores();
+
+}  // namespace sparrow::bootstrap

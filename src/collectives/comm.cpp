@@ -1,0 +1,79 @@
+#include "collectives/comm.h"
+
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/params.h"
+
+namespace sparrow {
+namespace {
+params::StringParam kRegion("REGION", "", "This rank's region label for the topology-aware tree (empty: infer from RTTs).");
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  gethostname(h, sizeof h - 1);
+  return h;
+}
+
+std::string region_label() { return kRegion.get(); }
+
+Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank) {
+  SPARROW_RETURN_IF_ERROR(params::validate_all());
+  if (nranks < 1) return InvalidArgument("nranks must be >= 1, got " + std::to_string(nranks));
+  if (rank < 0 || rank >= nranks)
+    return InvalidArgument("rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks");
+  SPARROW_ASSIGN_OR_RETURN(bootstrap::IdData idd, bootstrap::decode_id(id));
+  std::unique_ptr<Comm> c(new Comm());
+  c->rank_ = rank;
+  c->nranks_ = nranks;
+  c->id_ = idd;
+  transport::Identity ident{idd.comm_id, rank, idd.secret};
+  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
+  bootstrap::RankInfo me{c->net_->address(), host_name(), region_label(), c->net_->nstreams()};
+  auto d = c->deadline();
+  auto table = bootstrap::exchange(idd, rank, nranks, me, d);
+  if (!table.ok()) return std::move(table).take_status().context("rank " + std::to_string(rank) + " joining the communicator");
+  c->ranks_ = std::move(table.value());
+  std::vector<std::string> addrs;
+  for (auto& r : c->ranks_) addrs.push_back(r.address);
+  c->net_->set_addresses(addrs);
+  double budget = double(topology::probe_budget_ms()) / 1000.0;
+  if (budget > 0 && nranks > 1) {
+    auto p = topology::probe_star(*c->net_, idd.comm_id, 0, budget, d);
+    if (!p.ok()) return std::move(p).take_status().context("probing links at communicator creation");
+    c->probe_ = p.value();
+    SPARROW_INFO("rank %d: %s", rank, c->probe_.format().c_str());
+  } else {
+    c->probe_.rtt_s.assign(nranks, -1);
+    c->probe_.bw_Bps.assign(nranks, -1);
+  }
+  SPARROW_INFO("rank %d of %d up on %s (%s)", rank, nranks, c->net_->address().c_str(), c->net_->backend_name());
+  return c;
+}
+
+Comm::~Comm() = default;
+
+void Comm::abort() {
+  set_error(Status(Code::kInternalError, "communicator aborted"));
+  net_->abort(Status(Code::kInternalError, "communicator aborted by sparrowCommAbort"));
+}
+
+Status Comm::async_error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return async_;
+}
+
+void Comm::set_error(const Status& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  last_error_ = s.to_string();
+  if (async_.ok() && (s.code() == Code::kPeerLost || s.code() == Code::kInternalError || s.code() == Code::kTimeout))
+    async_ = s;
+}
+
+std::string Comm::last_error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return last_error_;
+}
+
+}  // namespace sparrow

@@ -1,0 +1,122 @@
+#include "transport/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "format/bits.h"
+
+namespace sparrow::transport::auth {
+namespace {
+constexpr uint64_t kHelloMagic = 0x4f4c454857525053ull;      // "SPRWHELO"
+constexpr uint64_t kChallengeMagic = 0x4c41484357525053ull;  // "SPRWCHAL"
+constexpr uint64_t kWelcomeMagic = 0x454d4f4357525053ull;    // "SPRWCOME"
+
+std::array<uint8_t, 32> hmac(const std::vector<uint8_t>& key, const std::vector<const std::vector<uint8_t>*>& parts) {
+  std::vector<uint8_t> msg;
+  for (auto* p : parts) msg.insert(msg.end(), p->begin(), p->end());
+  std::array<uint8_t, 32> out{};
+  unsigned int len = 32;
+  HMAC(EVP_sha256(), key.data(), int(key.size()), msg.data(), msg.size(), out.data(), &len);
+  return out;
+}
+}  // namespace
+
+std::array<uint8_t, kHelloBytes> Hello::encode() const {
+  std::vector<uint8_t> v;
+  format::put_u64(v, kHelloMagic);
+  format::put_u16(v, version);
+  format::put_u16(v, stream);
+  format::put_u32(v, rank);
+  format::put_u64(v, comm_id);
+  v.insert(v.end(), nonce.begin(), nonce.end());
+  std::array<uint8_t, kHelloBytes> a{};
+  memcpy(a.data(), v.data(), kHelloBytes);
+  return a;
+}
+
+Result<Hello> Hello::decode(const uint8_t* p) {
+  if (format::load_u64(p) != kHelloMagic) return Error(Code::kAuthError, "not a sparrow hello");
+  Hello h;
+  h.version = uint16_t(p[8] | p[9] << 8);
+  h.stream = uint16_t(p[10] | p[11] << 8);
+  h.rank = format::load_u32(p + 12);
+  h.comm_id = format::load_u64(p + 16);
+  memcpy(h.nonce.data(), p + 24, 16);
+  if (h.version != kProtocolVersion)
+    return Error(Code::kAuthError, "peer speaks protocol version " + std::to_string(h.version) + ", this build " +
+                                       std::to_string(kProtocolVersion));
+  return h;
+}
+
+Status random_bytes(void* out, size_t n) {
+  uint8_t* p = static_cast<uint8_t*>(out);
+  while (n > 0) {
+    ssize_t r = getrandom(p, n, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return SystemError("getrandom", errno);
+    }
+    p += r;
+    n -= size_t(r);
+  }
+  return Status::Ok();
+}
+
+std::array<uint8_t, 16> random_nonce() {
+  std::array<uint8_t, 16> n{};
+  if (!random_bytes(n.data(), n.size()).ok()) abort();  // the kernel's CSPRNG does not fail after boot
+  return n;
+}
+
+std::array<uint8_t, kChallengeBytes> make_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello,
+                                                    uint32_t server_rank) {
+  std::vector<uint8_t> head;
+  format::put_u64(head, kChallengeMagic);
+  format::put_u32(head, server_rank);
+  format::put_u32(head, 0);
+  auto n = random_nonce();
+  head.insert(head.end(), n.begin(), n.end());
+  std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes);
+  auto mac = hmac(secret, {&label, &h, &head});
+  std::array<uint8_t, kChallengeBytes> out{};
+  memcpy(out.data(), head.data(), 32);
+  memcpy(out.data() + 32, mac.data(), 32);
+  return out;
+}
+
+Result<uint32_t> check_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* ch) {
+  if (format::load_u64(ch) != kChallengeMagic) return Error(Code::kAuthError, "peer did not answer with a sparrow challenge");
+  std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes), head(ch, ch + 32);
+  auto mac = hmac(secret, {&label, &h, &head});
+  if (CRYPTO_memcmp(mac.data(), ch + 32, 32) != 0)
+    return Error(Code::kAuthError, "peer failed to prove it knows the communicator secret");
+  return format::load_u32(ch + 8);
+}
+
+std::array<uint8_t, kProofBytes> make_proof(const std::vector<uint8_t>& secret, const uint8_t* hello,
+                                            const uint8_t* challenge) {
+  std::vector<uint8_t> label = {'c', 'l', 'i', 'e', 'n', 't'}, h(hello, hello + kHelloBytes),
+                       c(challenge, challenge + kChallengeBytes);
+  return hmac(secret, {&label, &h, &c});
+}
+
+bool check_proof(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* challenge,
+                 const uint8_t* proof) {
+  auto want = make_proof(secret, hello, challenge);
+  return CRYPTO_memcmp(want.data(), proof, kProofBytes) == 0;
+}
+
+std::array<uint8_t, kWelcomeBytes> welcome() {
+  std::array<uint8_t, kWelcomeBytes> w{};
+  format::store_u64(w.data(), kWelcomeMagic);
+  return w;
+}
+
+bool is_welcome(const uint8_t* p) { return format::load_u64(p) == kWelcomeMagic; }
+
+}  // namespace sparrow::transport::auth

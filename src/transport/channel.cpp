@@ -1,0 +1,232 @@
+#include "transport/channel.h"
+
+#include <cstring>
+
+#include "core/params.h"
+
+namespace sparrow::transport {
+namespace {
+params::IntParam kStripe("STRIPE_BYTES", 512 << 10, "Fragment size when striping a message over streams.",
+                         4 << 10, 64 << 20);
+constexpr uint64_t kMaxMessage = 1ull << 40;
+}  // namespace
+
+size_t stripe_bytes() { return size_t(kStripe.get()); }
+
+// ---- Mailbox ----------------------------------------------------------------------------------------
+
+Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (h.total > kMaxMessage) return CorruptData("message of " + std::to_string(h.total) + " bytes exceeds the limit");
+  auto [it, fresh] = entries_.try_emplace(h.key);
+  Entry& e = it->second;
+  if (fresh) {
+    e.total = h.total;
+    e.own.resize(h.total);
+    e.first = Clock::now();
+  } else if (e.total != h.total) {
+    return CorruptData("fragments of one message disagree on its length");
+  }
+  if (h.offset + h.len > e.total || e.claimed + h.len > e.total)
+    return CorruptData("fragment beyond the end of its message (duplicate or corrupt)");
+  e.claimed += h.len;
+  return e.dest() + h.offset;
+}
+
+void Mailbox::frame_end(Conn*, const FrameHeader& h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = entries_.find(h.key);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  e.got += h.len;
+  if (e.got == e.total) {
+    double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
+    if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);
+    cv_.notify_all();
+  }
+}
+
+void Mailbox::conn_failed(Conn*, const Status& why) { fail(why); }
+
+void Mailbox::fail(const Status& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (failed_.ok()) failed_ = why.ok() ? Status(Code::kInternalError, "mailbox failed") : why;
+  cv_.notify_all();
+}
+
+Status Mailbox::failure() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return failed_;
+}
+
+double Mailbox::observed_bandwidth() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return bw_;
+}
+
+Status Mailbox::wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d) {
+  while (true) {
+    auto it = entries_.find(k);
+    if (it != entries_.end() && it->second.got == it->second.total) return Status::Ok();
+    if (!failed_.ok()) return failed_;
+    if (cv_.wait_until(lk, d) == std::cv_status::timeout) {
+      it = entries_.find(k);
+      if (it != entries_.end() && it->second.got == it->second.total) return Status::Ok();
+      return Status(Code::kTimeout, "no message (op " + std::to_string(k.seq) + "." + std::to_string(k.sub) +
+                                        ") from " + peer_desc_ + " before the timeout");
+    }
+  }
+}
+
+Result<std::vector<uint8_t>> Mailbox::recv(const MsgKey& k, Deadline d) {
+  std::unique_lock<std::mutex> lk(mu_);
+  SPARROW_RETURN_IF_ERROR(wait_locked(lk, k, d));
+  auto it = entries_.find(k);
+  std::vector<uint8_t> out = std::move(it->second.own);
+  if (it->second.ext) out.assign(it->second.ext, it->second.ext + it->second.total);
+  entries_.erase(it);
+  return out;
+}
+
+Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto [it, fresh] = entries_.try_emplace(k);
+  if (fresh) {
+    // Nothing arrived yet: frames will land in the caller's buffer directly.
+    it->second.total = len;
+    it->second.ext = static_cast<uint8_t*>(dst);
+    it->second.first = Clock::now();
+  }
+  Status s = wait_locked(lk, k, d);
+  if (!s.ok()) {
+    // The caller's buffer must not be written after we return: drop the registration only if no
+    // frame is being written into it (claimed == got); otherwise keep waiting for those frames.
+    auto e = entries_.find(k);
+    if (e != entries_.end() && e->second.ext) {
+      while (e->second.claimed != e->second.got && failed_.ok()) cv_.wait_for(lk, std::chrono::milliseconds(10));
+      entries_.erase(e);
+    }
+    return s;
+  }
+  it = entries_.find(k);
+  Entry& e = it->second;
+  if (e.total != len) {
+    entries_.erase(it);
+    return Error(Code::kInvalidUsage, "message from " + peer_desc_ + " has " + std::to_string(e.total) +
+                                          " bytes, the receiver expected " + std::to_string(len));
+  }
+  if (!e.ext) memcpy(dst, e.own.data(), len);
+  entries_.erase(it);
+  return Status::Ok();
+}
+
+// ---- SendRequest ------------------------------------------------------------------------------------
+
+void SendRequest::fragment_done(const Status& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!s.ok() && status_.ok()) status_ = s;
+  if (left_ > 0) --left_;
+  if (left_ == 0) cv_.notify_all();
+}
+
+bool SendRequest::done() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return left_ == 0;
+}
+
+Status SendRequest::wait(Deadline d) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_until(lk, d, [&] { return left_ == 0; }))
+    return Status(Code::kTimeout, "send did not complete before the timeout");
+  return status_;
+}
+
+// ---- Channel ----------------------------------------------------------------------------------------
+
+Channel::Channel(std::vector<ConnPtr> conns) : in_(std::make_shared<Inner>()) {
+  in_->conns = std::move(conns);
+  in_->low_water = 2 * stripe_bytes();
+}
+
+Channel::~Channel() { close(); }
+
+size_t Channel::streams() const { return in_->conns.size(); }
+
+void Channel::close() {
+  for (auto& c : in_->conns) c->close();
+  std::deque<Frag> dropped;
+  {
+    std::lock_guard<std::mutex> lk(in_->mu);
+    dropped.swap(in_->pending);
+  }
+  for (auto& f : dropped) f.req->fragment_done(Status(Code::kInternalError, "channel closed"));
+}
+
+SendRequestPtr Channel::send(const MsgKey& k, Payload p) {
+  const size_t stripe = stripe_bytes();
+  size_t nfrag = p.len == 0 ? 1 : (p.len + stripe - 1) / stripe;
+  auto req = std::make_shared<SendRequest>(nfrag);
+  {
+    std::lock_guard<std::mutex> lk(in_->mu);
+    for (size_t i = 0; i < nfrag; ++i) {
+      Frag f;
+      f.h.key = k;
+      f.h.frag = uint32_t(i);
+      f.h.offset = i * stripe;
+      f.h.total = p.len;
+      f.h.len = uint32_t(std::min(stripe, p.len - std::min(p.len, i * stripe)));
+      f.p = Payload{p.data + f.h.offset, f.h.len, p.keepalive};
+      f.req = req;
+      in_->pending.push_back(std::move(f));
+    }
+  }
+  in_->pump();
+  return req;
+}
+
+void Channel::Inner::pump() {
+  // Hand fragments to every connection whose queue is below the low-water mark. Sends happen outside
+  // the lock (a failed send completes inline), and re-entrant calls just ask the running one to loop.
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (pumping) {
+      again = true;
+      return;
+    }
+    pumping = true;
+  }
+  auto self = shared_from_this();
+  while (true) {
+    std::vector<std::pair<Conn*, Frag>> out;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      std::vector<size_t> queued(conns.size());
+      for (size_t i = 0; i < conns.size(); ++i) queued[i] = conns[i]->queued_bytes();
+      while (!pending.empty() && !conns.empty()) {
+        size_t best = 0;
+        for (size_t i = 1; i < conns.size(); ++i)
+          if (queued[i] < queued[best]) best = i;
+        if (queued[best] >= low_water) break;
+        queued[best] += pending.front().h.len + kFrameHeaderBytes;
+        out.emplace_back(conns[best].get(), std::move(pending.front()));
+        pending.pop_front();
+      }
+      if (out.empty()) {
+        if (!again) {
+          pumping = false;
+          return;
+        }
+      }
+      again = false;
+    }
+    for (auto& [c, f] : out) {
+      SendRequestPtr req = f.req;
+      c->send(f.h, f.p, [self, req](const Status& s) {
+        req->fragment_done(s);
+        self->pump();
+      });
+    }
+  }
+}
+
+}  // namespace sparrow::transport

@@ -1,0 +1,103 @@
+// Messages over frames: the per-peer Mailbox (reassembly + matching by key) and the striping Channel
+// (one message split into fragments over N connections to the same peer, each fragment handed to
+// whichever connection has drained its queue, so one slow stream never gates the rest).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace sparrow::transport {
+
+// Receives the frames of one peer (from all its streams) and reassembles messages by key.
+class Mailbox : public FrameSink {
+ public:
+  explicit Mailbox(std::string peer_desc) : peer_desc_(std::move(peer_desc)) {}
+  // Waits for the complete message `k` and takes it.
+  Result<std::vector<uint8_t>> recv(const MsgKey& k, Deadline d);
+  // Like recv, but the payload lands in `dst` (exactly `len` bytes expected): no copy when the
+  // message has not started arriving yet.
+  Status recv_into(const MsgKey& k, void* dst, size_t len, Deadline d);
+  // Every current and future wait fails with `why` (peer lost, abort). First failure wins.
+  void fail(const Status& why);
+  Status failure() const;
+  // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).
+  double observed_bandwidth() const;
+
+  Result<uint8_t*> frame_begin(Conn* c, const FrameHeader& h) override;
+  void frame_end(Conn* c, const FrameHeader& h) override;
+  void conn_failed(Conn* c, const Status& why) override;
+
+ private:
+  struct Entry {
+    uint64_t total = 0;
+    uint64_t got = 0;       // bytes whose frames ended
+    uint64_t claimed = 0;   // bytes whose frames began
+    std::vector<uint8_t> own;
+    uint8_t* ext = nullptr;  // caller's buffer (recv_into)
+    bool taken_by_waiter = false;
+    Clock::time_point first;
+    uint8_t* dest() { return ext ? ext : own.data(); }
+  };
+  Status wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d);
+  std::string peer_desc_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<MsgKey, Entry> entries_;
+  Status failed_;
+  double bw_ = 0;  // EWMA, bytes/s
+};
+
+// A send in flight; done when every fragment was handed to the network (or failed).
+class SendRequest {
+ public:
+  Status wait(Deadline d);
+  bool done() const;
+  void fragment_done(const Status& s);
+  explicit SendRequest(size_t fragments) : left_(fragments) {}
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  size_t left_;
+  Status status_;
+};
+using SendRequestPtr = std::shared_ptr<SendRequest>;
+
+// SPARROW_STRIPE_BYTES: fragment size for striping.
+size_t stripe_bytes();
+
+class Channel {
+ public:
+  explicit Channel(std::vector<ConnPtr> conns);
+  ~Channel();
+  // Queues message `k`; returns at once. `p` must stay valid (or be kept alive by p.keepalive) until
+  // the request is done.
+  SendRequestPtr send(const MsgKey& k, Payload p);
+  size_t streams() const;
+  void close();
+
+ private:
+  struct Frag {
+    FrameHeader h;
+    Payload p;
+    SendRequestPtr req;
+  };
+  // Shared with the completion callbacks, so a late completion never touches a destroyed Channel.
+  struct Inner : std::enable_shared_from_this<Inner> {
+    std::vector<ConnPtr> conns;
+    std::mutex mu;
+    std::deque<Frag> pending;
+    size_t low_water = 0;
+    bool pumping = false, again = false;
+    void pump();
+  };
+  std::shared_ptr<Inner> in_;
+};
+
+}  // namespace sparrow::transport

@@ -1,0 +1,151 @@
+#include "transport/net.h"
+
+#include "core/log.h"
+#include "core/params.h"
+#include "transport/tcp/socket.h"
+
+namespace sparrow::transport {
+namespace {
+params::IntParam kStreams("NSTREAMS", 4, "Parallel connections per peer for bulk data (striping).", 1, 64);
+}
+
+int default_streams() { return int(kStreams.get()); }
+
+Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nstreams, const std::string& backend) {
+  if (nranks < 1 || id.rank < 0 || id.rank >= nranks) return InvalidArgument("rank out of range");
+  std::unique_ptr<Net> n(new Net());
+  n->rank_ = id.rank;
+  n->nranks_ = nranks;
+  n->nstreams_ = std::max(1, nstreams);
+  n->addrs_.resize(nranks);
+  n->accepted_.resize(nranks);
+  n->chans_.resize(nranks);
+  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r)));
+  BackendOptions bo;
+  bo.identity = id;
+  SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());
+  if (backend.empty()) {
+    SPARROW_ASSIGN_OR_RETURN(n->be_, create_configured_backend(bo));
+  } else {
+    SPARROW_ASSIGN_OR_RETURN(n->be_, create_backend(backend, bo));
+  }
+  Net* raw = n.get();
+  SPARROW_ASSIGN_OR_RETURN(n->address_, n->be_->listen([raw](const ConnPtr& c) { return raw->on_accept(c); }));
+  n->addrs_[id.rank] = n->address_;
+  return n;
+}
+
+Net::~Net() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& c : chans_)
+      if (c) c->close();
+  }
+  chans_.clear();
+  be_.reset();
+}
+
+std::string Net::desc(int peer) const {
+  std::string a = peer < int(addrs_.size()) && !addrs_[peer].empty() ? " (" + addrs_[peer] + ")" : "";
+  return "rank " + std::to_string(peer) + a;
+}
+
+void Net::set_addresses(std::vector<std::string> addrs) {
+  std::lock_guard<std::mutex> lk(mu_);
+  addrs_ = std::move(addrs);
+}
+
+FrameSink* Net::on_accept(const ConnPtr& c) {
+  int p = c->peer_rank(), s = c->stream();
+  std::lock_guard<std::mutex> lk(mu_);
+  // Only lower ranks connect to us, each stream once.
+  if (p < 0 || p >= rank_ || s < 0 || s >= nstreams_ || !aborted_.ok()) return nullptr;
+  auto& v = accepted_[p];
+  if (v.size() < size_t(nstreams_)) v.resize(nstreams_);
+  if (v[s]) return nullptr;
+  v[s] = c;
+  cv_.notify_all();
+  return mail_[p].get();
+}
+
+Result<Channel*> Net::channel(int peer, Deadline d) {
+  if (peer < 0 || peer >= nranks_ || peer == rank_)
+    return InvalidArgument("no channel from rank " + std::to_string(rank_) + " to rank " + std::to_string(peer));
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!aborted_.ok()) return aborted_;
+  if (chans_[peer]) return chans_[peer].get();
+  std::vector<ConnPtr> conns;
+  if (rank_ < peer) {
+    std::string addr = addrs_[peer];
+    lk.unlock();
+    if (addr.empty()) return Error(Code::kInvalidUsage, "address of " + desc(peer) + " is unknown");
+    for (int s = 0; s < nstreams_; ++s) {
+      auto c = be_->connect(addr, peer, s, mail_[peer].get(), d);
+      if (!c.ok()) {
+        for (auto& x : conns) x->close();
+        return std::move(c).take_status().context("rank " + std::to_string(rank_) + " connecting to " + desc(peer));
+      }
+      conns.push_back(c.value());
+    }
+    lk.lock();
+    if (!aborted_.ok()) {
+      for (auto& x : conns) x->close();
+      return aborted_;
+    }
+  } else {
+    auto ready = [&] {
+      if (!aborted_.ok()) return true;
+      auto& v = accepted_[peer];
+      if (v.size() < size_t(nstreams_)) return false;
+      for (auto& c : v)
+        if (!c) return false;
+      return true;
+    };
+    if (!cv_.wait_until(lk, d, ready))
+      return Error(Code::kTimeout, desc(peer) + " did not connect to rank " + std::to_string(rank_) + " before the timeout");
+    if (!aborted_.ok()) return aborted_;
+    conns = accepted_[peer];
+  }
+  chans_[peer] = std::make_unique<Channel>(std::move(conns));
+  SPARROW_INFO("rank %d: channel to %s over %d %s stream(s)", rank_, desc(peer).c_str(), nstreams_, be_->name());
+  return chans_[peer].get();
+}
+
+Status Net::connect(int peer, Deadline d) {
+  auto c = channel(peer, d);
+  return c.ok() ? Status::Ok() : c.status();
+}
+
+Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline d) {
+  SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
+  Status f = mail_[peer]->failure();
+  if (!f.ok()) return f;
+  return ch->send(k, std::move(p));
+}
+
+Result<std::vector<uint8_t>> Net::recv(int peer, const MsgKey& k, Deadline d) {
+  SPARROW_RETURN_IF_ERROR(connect(peer, d));
+  return mail_[peer]->recv(k, d);
+}
+
+Status Net::recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d) {
+  SPARROW_RETURN_IF_ERROR(connect(peer, d));
+  return mail_[peer]->recv_into(k, dst, len, d);
+}
+
+void Net::abort(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.ok()) aborted_ = why;
+    cv_.notify_all();
+  }
+  for (auto& m : mail_) m->fail(why);
+  be_->abort(why);
+}
+
+Status Net::aborted() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return aborted_;
+}
+
+}  // namespace sparrow::transport

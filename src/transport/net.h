@@ -1,0 +1,62 @@
+// Net: one rank's view of the other ranks of a communicator: a backend, a Mailbox per peer, and a
+// striping Channel per peer, established on first use (the lower rank connects, the higher accepts).
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/transport.h"
+
+namespace sparrow::transport {
+
+// SPARROW_NSTREAMS: parallel connections per peer for bulk data.
+int default_streams();
+
+class Net {
+ public:
+  // Creates the backend (SPARROW_TRANSPORT unless `backend` is given) and starts listening.
+  static Result<std::unique_ptr<Net>> create(const Identity& id, int nranks, int nstreams, const std::string& backend = "");
+  ~Net();
+  const std::string& address() const { return address_; }
+  const char* backend_name() const { return be_->name(); }
+  Backend& backend() { return *be_; }
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int nstreams() const { return nstreams_; }
+  void set_addresses(std::vector<std::string> addrs);
+  const std::string& address_of(int r) const { return addrs_[r]; }
+
+  // Queues a message to `peer`; establishes the channel if needed (within deadline d).
+  Result<SendRequestPtr> send(int peer, const MsgKey& k, Payload p, Deadline d);
+  Result<std::vector<uint8_t>> recv(int peer, const MsgKey& k, Deadline d);
+  Status recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d);
+  // Ensures the channel to `peer` exists (both sides must call it, directly or through send/recv).
+  Status connect(int peer, Deadline d);
+  // Fails every wait and connection, now and later; idempotent.
+  void abort(const Status& why);
+  Status aborted() const;
+  double observed_bandwidth(int peer) const { return mail_[peer]->observed_bandwidth(); }
+
+ private:
+  Net() = default;
+  FrameSink* on_accept(const ConnPtr& c);
+  Result<Channel*> channel(int peer, Deadline d);
+  std::string desc(int peer) const;
+
+  int rank_ = 0, nranks_ = 0, nstreams_ = 1;
+  std::string address_;
+  std::vector<std::string> addrs_;
+  std::vector<std::unique_ptr<Mailbox>> mail_;  // destroyed after the backend (declared first)
+  std::unique_ptr<Backend> be_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::vector<ConnPtr>> accepted_;  // [peer][stream]
+  std::vector<std::unique_ptr<Channel>> chans_;
+  Status aborted_;
+};
+
+}  // namespace sparrow::transport

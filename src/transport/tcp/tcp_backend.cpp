@@ -1,0 +1,535 @@
+#include "transport/tcp/tcp_backend.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "transport/auth.h"
+#include "transport/tcp/socket.h"
+
+namespace sparrow::transport {
+namespace {
+
+params::IntParam kAuthTimeoutMs("AUTH_TIMEOUT_MS", 5000,
+                                "Time an incoming connection has to authenticate before it is dropped.", 10, 600000);
+constexpr size_t kMaxPending = 256;          // unauthenticated connections held at once
+constexpr size_t kReadBudget = 16u << 20;    // bytes read from one socket per wakeup (fairness)
+constexpr uint32_t kMaxFrame = 256u << 20;
+
+class TcpBackend;
+
+struct Handle {
+  enum Kind { kListener, kWake, kPending, kConn } kind;
+  explicit Handle(Kind k) : kind(k) {}
+  virtual ~Handle() = default;
+};
+
+class TcpConn : public Conn, public Handle {
+ public:
+  TcpConn(TcpBackend* be, int fd, int rank, int stream, std::string addr)
+      : Handle(kConn), be_(be), fd_(fd), rank_(rank), stream_(stream), addr_(std::move(addr)) {}
+  ~TcpConn() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void send(const FrameHeader& h, Payload p, SendDone done) override;
+  size_t queued_bytes() const override { return queued_.load(std::memory_order_relaxed); }
+  void close() override {
+    std::lock_guard<std::mutex> lk(wmu_);
+    closing_ = true;
+    if (!failed_ && fd_ >= 0) shutdown(fd_, SHUT_RDWR);  // the progress thread sees it and cleans up
+  }
+  int peer_rank() const override { return rank_; }
+  std::string peer_address() const override { return addr_; }
+  int stream() const override { return stream_; }
+
+  void set_sink(FrameSink* s) { sink_ = s; }
+  int fd() const { return fd_; }
+  // Progress thread:
+  void on_readable();
+  void on_writable() { flush(); }
+  // Fails the connection once: queued sends complete with `why`, the sink hears of it.
+  void fail(const Status& why);
+  bool failed() const {
+    std::lock_guard<std::mutex> lk(wmu_);
+    return failed_;
+  }
+  Status closed_status() const {
+    if (closing_) return Status(Code::kInternalError, "connection to " + desc() + " was closed locally");
+    return Error(Code::kPeerLost, "connection to " + desc() + " closed by the peer");
+  }
+  std::string desc() const { return "rank " + std::to_string(rank_) + " (" + addr_ + ", stream " + std::to_string(stream_) + ")"; }
+
+ private:
+  struct Item {
+    uint8_t hdr[kFrameHeaderBytes];
+    Payload p;
+    size_t off = 0;  // bytes of header + payload written
+    SendDone done;
+  };
+  void flush();
+  TcpBackend* be_;
+  int fd_;
+  int rank_, stream_;
+  std::string addr_;
+  FrameSink* sink_ = nullptr;
+  mutable std::mutex wmu_;
+  std::deque<Item> q_;
+  std::atomic<size_t> queued_{0};
+  bool failed_ = false, out_armed_ = false;
+  std::atomic<bool> closing_{false};
+  Status why_;
+  // Read state (progress thread only).
+  uint8_t rhdr_[kFrameHeaderBytes];
+  size_t rhdr_got_ = 0;
+  bool in_payload_ = false;
+  FrameHeader cur_;
+  uint8_t* dest_ = nullptr;
+  size_t pay_got_ = 0;
+};
+
+struct Pending : Handle {
+  Pending() : Handle(kPending) {}
+  int fd = -1;
+  std::string addr;
+  int stage = 0;  // 0: hello, 1: proof
+  bool dead = false;
+  uint8_t buf[auth::kHelloBytes + auth::kChallengeBytes + auth::kProofBytes];
+  size_t got = 0;
+  Deadline deadline;
+  auth::Hello hello;
+  std::list<std::unique_ptr<Pending>>::iterator self;
+};
+
+class TcpBackend : public Backend {
+ public:
+  explicit TcpBackend(const BackendOptions& o) : opt_(o) {}
+  ~TcpBackend() override;
+  Status start();
+  const char* name() const override { return "tcp"; }
+  Result<std::string> listen(AcceptHandler on_accept) override;
+  Result<ConnPtr> connect(const std::string& address, int peer_rank, int stream, FrameSink* sink,
+                          Deadline deadline) override;
+  void abort(const Status& why) override;
+  void arm(TcpConn* c, bool out);
+  void retire(TcpConn* c);
+
+ private:
+  void loop();
+  void accept_all();
+  void on_pending(Pending* p);
+  void drop(Pending* p, const char* why);
+  void wake() {
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);
+  }
+  BackendOptions opt_;
+  int ep_ = -1, wake_fd_ = -1, listen_fd_ = -1;
+  Handle listen_h_{Handle::kListener}, wake_h_{Handle::kWake};
+  AcceptHandler on_accept_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::unordered_map<TcpConn*, std::shared_ptr<TcpConn>> conns_;
+  std::list<std::unique_ptr<Pending>> pending_;  // progress thread only
+  std::vector<std::unique_ptr<Pending>> dead_pending_;  // freed after this batch of events
+  std::vector<std::shared_ptr<TcpConn>> graveyard_;
+  Status aborted_;
+};
+
+// ---- TcpConn -----------------------------------------------------------------------------------------
+
+void TcpConn::send(const FrameHeader& h, Payload p, SendDone done) {
+  {
+    std::lock_guard<std::mutex> lk(wmu_);
+    if (!failed_) {
+      Item it;
+      h.encode(it.hdr);
+      it.p = std::move(p);
+      it.done = std::move(done);
+      queued_ += it.p.len + kFrameHeaderBytes;
+      q_.push_back(std::move(it));
+      done = nullptr;
+    }
+  }
+  if (done) {
+    done(why_.ok() ? Status(Code::kPeerLost, "connection to " + desc() + " is closed") : why_);
+    return;
+  }
+  flush();
+}
+
+void TcpConn::flush() {
+  std::vector<SendDone> completed;
+  {
+    std::lock_guard<std::mutex> lk(wmu_);
+    while (!failed_ && !q_.empty()) {
+      iovec iov[64];
+      int n = 0;
+      for (auto it = q_.begin(); it != q_.end() && n < 62; ++it) {
+        size_t off = it->off;
+        if (off < kFrameHeaderBytes) {
+          iov[n++] = {it->hdr + off, kFrameHeaderBytes - off};
+          off = kFrameHeaderBytes;
+        }
+        size_t poff = off - kFrameHeaderBytes;
+        if (poff < it->p.len) iov[n++] = {const_cast<uint8_t*>(it->p.data) + poff, it->p.len - poff};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = n;
+      ssize_t w = sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (!out_armed_) {
+            out_armed_ = true;
+            be_->arm(this, true);
+          }
+          break;
+        }
+        // A hard error: the progress thread will see the socket fail too.
+        shutdown(fd_, SHUT_RDWR);
+        break;
+      }
+      size_t left = size_t(w);
+      queued_ -= left;
+      while (left > 0 && !q_.empty()) {
+        Item& it = q_.front();
+        size_t need = kFrameHeaderBytes + it.p.len - it.off;
+        if (left >= need) {
+          left -= need;
+          completed.push_back(std::move(it.done));
+          q_.pop_front();
+        } else {
+          it.off += left;
+          left = 0;
+        }
+      }
+    }
+    if (q_.empty() && out_armed_) {
+      out_armed_ = false;
+      be_->arm(this, false);
+    }
+  }
+  for (auto& d : completed)
+    if (d) d(Status::Ok());
+}
+
+void TcpConn::fail(const Status& why) {
+  std::deque<Item> dropped;
+  {
+    std::lock_guard<std::mutex> lk(wmu_);
+    if (failed_) return;
+    failed_ = true;
+    why_ = why;
+    dropped.swap(q_);
+    queued_ = 0;
+  }
+  SPARROW_INFO("connection to %s failed: %s", desc().c_str(), why.to_string().c_str());
+  for (auto& it : dropped)
+    if (it.done) it.done(why);
+  if (sink_) sink_->conn_failed(this, why);
+}
+
+void TcpConn::on_readable() {
+  size_t budget = kReadBudget;
+  while (budget > 0) {
+    if (!in_payload_) {
+      ssize_t r = recv(fd_, rhdr_ + rhdr_got_, kFrameHeaderBytes - rhdr_got_, MSG_DONTWAIT);
+      if (r == 0) return fail(closed_status());
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return fail(Error(Code::kPeerLost, "connection to " + desc() + " lost: " + strerror(errno)));
+      }
+      rhdr_got_ += size_t(r);
+      budget -= std::min(budget, size_t(r));
+      if (rhdr_got_ < kFrameHeaderBytes) continue;
+      rhdr_got_ = 0;
+      auto h = FrameHeader::decode(rhdr_);
+      if (!h.ok()) return fail(std::move(h).take_status().context("from " + desc()));
+      if (h->len > kMaxFrame) return fail(CorruptData("frame from " + desc() + " too large"));
+      cur_ = h.value();
+      auto d = sink_->frame_begin(this, cur_);
+      if (!d.ok()) return fail(std::move(d).take_status().context("from " + desc()));
+      dest_ = d.value();
+      pay_got_ = 0;
+      in_payload_ = true;
+    }
+    if (pay_got_ < cur_.len) {
+      ssize_t r = recv(fd_, dest_ + pay_got_, cur_.len - pay_got_, MSG_DONTWAIT);
+      if (r == 0) return fail(closed_status());
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return fail(Error(Code::kPeerLost, "connection to " + desc() + " lost: " + strerror(errno)));
+      }
+      pay_got_ += size_t(r);
+      budget -= std::min(budget, size_t(r));
+    }
+    if (pay_got_ == cur_.len) {
+      in_payload_ = false;
+      sink_->frame_end(this, cur_);
+    }
+  }
+}
+
+// ---- TcpBackend --------------------------------------------------------------------------------------
+
+Status TcpBackend::start() {
+  ep_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ep_ < 0 || wake_fd_ < 0) return SystemError("epoll/eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &wake_h_;
+  epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  thread_ = std::thread([this] { loop(); });
+  return Status::Ok();
+}
+
+TcpBackend::~TcpBackend() {
+  stop_ = true;
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::unordered_map<TcpConn*, std::shared_ptr<TcpConn>> conns;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conns.swap(conns_);
+  }
+  for (auto& [p, c] : conns) c->fail(Status(Code::kInternalError, "transport shut down"));
+  for (auto& p : pending_) ::close(p->fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (ep_ >= 0) ::close(ep_);
+}
+
+void TcpBackend::arm(TcpConn* c, bool out) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (out ? EPOLLOUT : 0);
+  ev.data.ptr = static_cast<Handle*>(c);
+  epoll_ctl(ep_, EPOLL_CTL_MOD, c->fd(), &ev);
+}
+
+Result<std::string> TcpBackend::listen(AcceptHandler on_accept) {
+  on_accept_ = std::move(on_accept);
+  std::string bound;
+  SPARROW_ASSIGN_OR_RETURN(listen_fd_, net::listen_on(opt_.bind_host, &bound));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &listen_h_;
+  epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  return bound;
+}
+
+void TcpBackend::abort(const Status& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_.ok()) aborted_ = why;
+  for (auto& [p, c] : conns_) c->close();
+}
+
+void TcpBackend::retire(TcpConn* c) {
+  epoll_ctl(ep_, EPOLL_CTL_DEL, c->fd(), nullptr);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = conns_.find(c);
+  if (it != conns_.end()) {
+    graveyard_.push_back(it->second);  // freed after this batch of events
+    conns_.erase(it);
+  }
+}
+
+Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, int stream, FrameSink* sink,
+                                    Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_.ok()) return aborted_;
+  }
+  std::string who = "rank " + std::to_string(peer_rank) + " (" + address + ")";
+  SPARROW_ASSIGN_OR_RETURN(int fd, net::connect_to(address, deadline));
+  auto fail = [&](Status s) {
+    ::close(fd);
+    return s.context("connecting to " + who);
+  };
+  auth::Hello h;
+  h.stream = uint16_t(stream);
+  h.rank = uint32_t(opt_.identity.rank);
+  h.comm_id = opt_.identity.comm_id;
+  h.nonce = auth::random_nonce();
+  auto hello = h.encode();
+  uint8_t ch[auth::kChallengeBytes], wl[auth::kWelcomeBytes];
+  Status s = net::write_exact(fd, hello.data(), hello.size(), deadline, who);
+  if (s.ok()) s = net::read_exact(fd, ch, sizeof ch, deadline, who);
+  if (!s.ok()) return fail(s);
+  auto server_rank = auth::check_challenge(opt_.identity.secret, hello.data(), ch);
+  if (!server_rank.ok()) return fail(std::move(server_rank).take_status());
+  if (server_rank.value() != uint32_t(peer_rank))
+    return fail(Error(Code::kAuthError, "peer claims to be rank " + std::to_string(int(server_rank.value()))));
+  auto proof = auth::make_proof(opt_.identity.secret, hello.data(), ch);
+  s = net::write_exact(fd, proof.data(), proof.size(), deadline, who);
+  if (s.ok()) s = net::read_exact(fd, wl, sizeof wl, deadline, who);
+  if (!s.ok()) return fail(s);
+  if (!auth::is_welcome(wl)) return fail(Error(Code::kAuthError, "peer refused the connection"));
+  net::tune_stream(fd);
+  auto c = std::make_shared<TcpConn>(this, fd, peer_rank, stream, address);
+  c->set_sink(sink);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_.ok()) return fail(aborted_);
+    conns_[c.get()] = c;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = static_cast<Handle*>(c.get());
+  epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+  return ConnPtr(c);
+}
+
+void TcpBackend::accept_all() {
+  while (true) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE, ECONNABORTED): try at the next event
+    if (pending_.size() >= kMaxPending) {
+      // Under a flood of unauthenticated connections, the oldest goes first.
+      drop(pending_.front().get(), "too many unauthenticated connections");
+    }
+    auto p = std::make_unique<Pending>();
+    p->fd = fd;
+    p->addr = net::peer_of(fd);
+    p->deadline = Clock::now() + std::chrono::milliseconds(kAuthTimeoutMs.get());
+    Pending* raw = p.get();
+    pending_.push_back(std::move(p));
+    raw->self = std::prev(pending_.end());
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = static_cast<Handle*>(raw);
+    epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void TcpBackend::drop(Pending* p, const char* why) {
+  SPARROW_INFO("dropping unauthenticated connection from %s: %s", p->addr.c_str(), why);
+  epoll_ctl(ep_, EPOLL_CTL_DEL, p->fd, nullptr);
+  ::close(p->fd);
+  p->dead = true;
+  dead_pending_.push_back(std::move(*p->self));
+  pending_.erase(p->self);
+}
+
+void TcpBackend::on_pending(Pending* p) {
+  if (p->dead) return;
+  const size_t need = p->stage == 0 ? auth::kHelloBytes : auth::kProofBytes;
+  uint8_t* dst = p->stage == 0 ? p->buf : p->buf + auth::kHelloBytes + auth::kChallengeBytes;
+  while (p->got < need) {
+    ssize_t r = recv(p->fd, dst + p->got, need - p->got, MSG_DONTWAIT);
+    if (r == 0) return drop(p, "closed before authenticating");
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      return drop(p, "socket error before authenticating");
+    }
+    p->got += size_t(r);
+  }
+  p->got = 0;
+  if (p->stage == 0) {
+    auto h = auth::Hello::decode(p->buf);
+    if (!h.ok()) return drop(p, "bad hello");
+    if (h->comm_id != opt_.identity.comm_id) return drop(p, "hello for another communicator");
+    p->hello = h.value();
+    auto ch = auth::make_challenge(opt_.identity.secret, p->buf, uint32_t(opt_.identity.rank));
+    memcpy(p->buf + auth::kHelloBytes, ch.data(), ch.size());
+    if (send(p->fd, ch.data(), ch.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(ch.size()))
+      return drop(p, "could not send the challenge");
+    p->stage = 1;
+    return;
+  }
+  if (!auth::check_proof(opt_.identity.secret, p->buf, p->buf + auth::kHelloBytes,
+                         p->buf + auth::kHelloBytes + auth::kChallengeBytes))
+    return drop(p, "wrong proof: the peer does not know the communicator secret");
+  auto w = auth::welcome();
+  if (send(p->fd, w.data(), w.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(w.size()))
+    return drop(p, "could not send the welcome");
+  // Authenticated: from now on the socket carries frames.
+  int fd = p->fd;
+  epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+  auto c = std::make_shared<TcpConn>(this, fd, int(p->hello.rank), p->hello.stream, p->addr);
+  p->dead = true;
+  dead_pending_.push_back(std::move(*p->self));
+  pending_.erase(p->self);
+  net::tune_stream(fd);
+  FrameSink* sink = on_accept_ ? on_accept_(c) : nullptr;
+  if (!sink) {
+    SPARROW_WARN("refusing authenticated connection from rank %d (%s): not expected", c->peer_rank(),
+                 c->peer_address().c_str());
+    return;  // the TcpConn destructor closes the socket
+  }
+  c->set_sink(sink);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    conns_[c.get()] = c;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = static_cast<Handle*>(c.get());
+  epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void TcpBackend::loop() {
+  epoll_event evs[64];
+  while (!stop_) {
+    int timeout = 200;
+    if (!pending_.empty()) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(pending_.front()->deadline - Clock::now()).count();
+      timeout = int(std::max<int64_t>(0, std::min<int64_t>(timeout, ms + 1)));
+    }
+    int n = epoll_wait(ep_, evs, 64, timeout);
+    for (int i = 0; i < n; ++i) {
+      Handle* h = static_cast<Handle*>(evs[i].data.ptr);
+      switch (h->kind) {
+        case Handle::kWake: {
+          uint64_t v;
+          (void)!read(wake_fd_, &v, sizeof v);
+          break;
+        }
+        case Handle::kListener: accept_all(); break;
+        case Handle::kPending: on_pending(static_cast<Pending*>(h)); break;
+        case Handle::kConn: {
+          auto* c = static_cast<TcpConn*>(h);
+          if (c->failed()) break;
+          if (evs[i].events & EPOLLOUT) c->on_writable();
+          if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) c->on_readable();
+          if (c->failed()) retire(c);
+          break;
+        }
+      }
+    }
+    // Connections whose handshake deadline passed (slow, half-open, junk) are dropped.
+    auto now = Clock::now();
+    while (!pending_.empty() && pending_.front()->deadline <= now) drop(pending_.front().get(), "authentication timed out");
+    dead_pending_.clear();
+    std::lock_guard<std::mutex> lk(mu_);
+    graveyard_.clear();
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_tcp_backend(const BackendOptions& o) {
+  if (o.identity.secret.size() != 16) return InvalidArgument("tcp backend: identity needs a 16-byte secret");
+  auto b = std::make_unique<TcpBackend>(o);
+  SPARROW_RETURN_IF_ERROR(b->start());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace sparrow::transport

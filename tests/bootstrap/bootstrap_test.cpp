@@ -1,0 +1,91 @@
+#include "bootstrap/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/params.h"
+#include "harness/net_harness.h"
+
+namespace sparrow::bootstrap {
+namespace {
+
+TEST(UniqueId, EncodeDecodeRoundTrip) {
+  IdData d{0x1234, std::vector<uint8_t>(16, 3), "127.0.0.1:5555"};
+  uint8_t buf[kIdBytes];
+  encode_id(d, buf);
+  auto back = decode_id(buf);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->comm_id, 0x1234u);
+  EXPECT_EQ(back->secret, d.secret);
+  EXPECT_EQ(back->store_address, d.store_address);
+  uint8_t zeros[kIdBytes] = {};
+  EXPECT_EQ(decode_id(zeros).status().code(), Code::kInvalidArgument);
+  buf[4] = 9;  // version
+  EXPECT_NE(decode_id(buf).status().message().find("version"), std::string::npos);
+}
+
+std::vector<Result<std::vector<RankInfo>>> run(const IdData& id, const std::vector<std::pair<int, int>>& rank_n,
+                                               double secs = 10, std::vector<int> streams = {}) {
+  std::vector<Result<std::vector<RankInfo>>> out(rank_n.size(), Status(Code::kInternalError, "not run"));
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < rank_n.size(); ++i)
+    ts.emplace_back([&, i] {
+      RankInfo me{"addr" + std::to_string(rank_n[i].first), "host", "r" + std::to_string(i % 2),
+                  streams.empty() ? 4 : streams[i]};
+      out[i] = exchange(id, rank_n[i].first, rank_n[i].second, me, transport::deadline_in(secs));
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+TEST(Store, EveryRankGetsEveryAddress) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  auto res = run(id.value(), {{2, 4}, {0, 4}, {3, 4}, {1, 4}});
+  for (auto& r : res) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), 4u);
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(r.value()[k].address, "addr" + std::to_string(k));
+  }
+}
+
+TEST(Store, MismatchedCountsFailEveryRank) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  auto res = run(id.value(), {{0, 3}, {1, 2}});
+  for (auto& r : res) EXPECT_EQ(r.status().code(), Code::kInvalidUsage) << r.status().to_string();
+}
+
+TEST(Store, DuplicateRankAndStreamMismatchFail) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  auto res = run(id.value(), {{0, 2}, {0, 2}});
+  for (auto& r : res) EXPECT_EQ(r.status().code(), Code::kInvalidUsage) << r.status().to_string();
+  auto id2 = create_id();
+  ASSERT_TRUE(id2.ok());
+  auto res2 = run(id2.value(), {{0, 2}, {1, 2}}, 10, {4, 2});
+  for (auto& r : res2) {
+    EXPECT_EQ(r.status().code(), Code::kInvalidUsage);
+    EXPECT_NE(r.status().message().find("NSTREAMS"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Store, MissingRankTimesOut) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  auto res = run(id.value(), {{0, 2}}, 0.5);
+  EXPECT_EQ(res[0].status().code(), Code::kTimeout) << res[0].status().to_string();
+}
+
+TEST(Store, WrongSecretCannotJoin) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  IdData forged = id.value();
+  forged.secret[0] ^= 1;
+  auto r = exchange(forged, 0, 1, RankInfo{"a", "h", "", 4}, transport::deadline_in(5));
+  EXPECT_EQ(r.status().code(), Code::kAuthError) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace sparrow::bootstrap

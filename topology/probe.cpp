@@ -1,0 +1,143 @@
+#include "topology/probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+
+#include "core/params.h"
+#include "format/bits.h"
+
+namespace sparrow::topology {
+
+using transport::Clock;
+using transport::MsgKey;
+using transport::Payload;
+
+namespace {
+params::IntParam kProbeMs("PROBE_MS", 500, "Time budget for bandwidth/RTT probing at communicator creation (0: off).",
+                          0, 600000);
+constexpr uint64_t kProbeSeq = 1ull << 62;  // op sequence space reserved for probing
+constexpr int kPings = 5;
+constexpr size_t kProbeMsg = 1 << 20;
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+int64_t probe_budget_ms() { return kProbeMs.get(); }
+
+std::string ProbeResult::format() const {
+  std::string out = "probe from rank " + std::to_string(root) + " (" + std::to_string(int(seconds * 1000)) + " ms)\n";
+  out += "  rank      rtt_us     bw_Gbit/s\n";
+  char line[96];
+  for (size_t r = 0; r < rtt_s.size(); ++r) {
+    if (int(r) == root) continue;
+    snprintf(line, sizeof line, "  %4zu  %10.1f  %12.3f\n", r, rtt_s[r] * 1e6, bw_Bps[r] * 8 / 1e9);
+    out += line;
+  }
+  return out;
+}
+
+Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, double budget_s, transport::Deadline d) {
+  const int n = net.nranks(), me = net.rank();
+  ProbeResult res;
+  res.root = root;
+  res.rtt_s.assign(n, -1);
+  res.bw_Bps.assign(n, -1);
+  res.rtt_s[root] = 0;
+  res.bw_Bps[root] = 0;
+  auto t0 = Clock::now();
+  if (n == 1) return res;
+  const double slice = budget_s / double(n - 1);
+  static const std::vector<uint8_t> zeros(kProbeMsg, 0);
+  for (int j = 0; j < n; ++j) {
+    if (j == root || (me != root && me != j)) continue;
+    const uint64_t seq = kProbeSeq + uint64_t(j);
+    if (me == root) {
+      // RTT: ping-pong.
+      double best = 1e9;
+      for (int i = 0; i < kPings; ++i) {
+        auto s = Clock::now();
+        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(j, MsgKey{comm, seq, uint32_t(2 * i)}, Payload{zeros.data(), 8, nullptr}, d));
+        SPARROW_ASSIGN_OR_RETURN(auto pong, net.recv(j, MsgKey{comm, seq, uint32_t(2 * i + 1)}, d));
+        SPARROW_RETURN_IF_ERROR(rq->wait(d));
+        best = std::min(best, secs(Clock::now() - s));
+      }
+      res.rtt_s[j] = best;
+      // Bandwidth: stream for the rest of the slice, a window of messages in flight.
+      auto stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(std::max(0.002, slice - kPings * best)));
+      std::deque<transport::SendRequestPtr> window;
+      uint32_t count = 0;
+      const size_t win = 4 * size_t(net.nstreams()) + 4;
+      while (Clock::now() < stop) {
+        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(j, MsgKey{comm, seq, 1000 + count}, Payload{zeros.data(), kProbeMsg, nullptr}, d));
+        window.push_back(rq);
+        ++count;
+        if (window.size() >= win) {
+          SPARROW_RETURN_IF_ERROR(window.front()->wait(d));
+          window.pop_front();
+        }
+      }
+      std::vector<uint8_t> done;
+      format::put_u32(done, count);
+      SPARROW_ASSIGN_OR_RETURN(auto dq, net.send(j, MsgKey{comm, seq, 999}, Payload{done.data(), done.size(), nullptr}, d));
+      SPARROW_ASSIGN_OR_RETURN(auto bw, net.recv(j, MsgKey{comm, seq, 998}, d));
+      for (auto& w : window) SPARROW_RETURN_IF_ERROR(w->wait(d));
+      SPARROW_RETURN_IF_ERROR(dq->wait(d));
+      if (bw.size() != 8) return CorruptData("bad probe report from rank " + std::to_string(j));
+      double v;
+      memcpy(&v, bw.data(), 8);
+      res.bw_Bps[j] = v;
+    } else {
+      for (int i = 0; i < kPings; ++i) {
+        SPARROW_ASSIGN_OR_RETURN(auto ping, net.recv(root, MsgKey{comm, seq, uint32_t(2 * i)}, d));
+        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(root, MsgKey{comm, seq, uint32_t(2 * i + 1)}, Payload{zeros.data(), 8, nullptr}, d));
+        SPARROW_RETURN_IF_ERROR(rq->wait(d));
+      }
+      SPARROW_ASSIGN_OR_RETURN(auto done, net.recv(root, MsgKey{comm, seq, 999}, d));
+      if (done.size() != 4) return CorruptData("bad probe trailer from rank " + std::to_string(root));
+      uint32_t count = format::load_u32(done.data());
+      // Receive timestamps: skip the first third (slow start), measure the rest.
+      std::vector<Clock::time_point> at(count);
+      std::vector<uint8_t> sink(kProbeMsg);
+      for (uint32_t i = 0; i < count; ++i) {
+        SPARROW_RETURN_IF_ERROR(net.recv_into(root, MsgKey{comm, seq, 1000 + i}, sink.data(), kProbeMsg, d));
+        at[i] = Clock::now();
+      }
+      double bw = 0;
+      uint32_t skip = count / 3;
+      if (count >= 3 && at[count - 1] > at[skip]) bw = double(count - 1 - skip) * kProbeMsg / secs(at[count - 1] - at[skip]);
+      std::vector<uint8_t> rep(8);
+      memcpy(rep.data(), &bw, 8);
+      SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(root, MsgKey{comm, seq, 998}, Payload{rep.data(), 8, nullptr}, d));
+      SPARROW_RETURN_IF_ERROR(rq->wait(d));
+    }
+  }
+  // Everyone gets the root's table.
+  const uint64_t tseq = kProbeSeq + (1ull << 40);
+  if (me == root) {
+    std::vector<uint8_t> t((2 * n + 1) * 8);
+    res.seconds = secs(Clock::now() - t0);
+    memcpy(t.data(), res.rtt_s.data(), 8 * n);
+    memcpy(t.data() + 8 * n, res.bw_Bps.data(), 8 * n);
+    memcpy(t.data() + 16 * n, &res.seconds, 8);
+    std::vector<transport::SendRequestPtr> reqs;
+    for (int j = 0; j < n; ++j) {
+      if (j == root) continue;
+      SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(j, MsgKey{comm, tseq, 0}, Payload{t.data(), t.size(), nullptr}, d));
+      reqs.push_back(rq);
+    }
+    for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
+  } else {
+    SPARROW_ASSIGN_OR_RETURN(auto t, net.recv(root, MsgKey{comm, tseq, 0}, d));
+    if (t.size() != size_t(2 * n + 1) * 8) return CorruptData("bad probe table");
+    memcpy(res.rtt_s.data(), t.data(), 8 * n);
+    memcpy(res.bw_Bps.data(), t.data() + 8 * n, 8 * n);
+    memcpy(&res.seconds, t.data() + 16 * n, 8);
+  }
+  return res;
+}
+
+}  // namespace sparrow::topology
