@@ -14,19 +14,27 @@ namespace {
 using test::make_nets;
 using test::soon;
 
+// Parameter: "backend" or "ucx:<UCX_TLS>" to pin UCX's transports (tcp; sm,tcp = shared memory for
+// data with tcp for connection establishment).
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    std::string p = GetParam();
+    size_t colon = p.find(':');
+    backend_ = p.substr(0, colon);
+    if (colon != std::string::npos) setenv("UCX_TLS", p.substr(colon + 1).c_str(), 1);
     auto names = backend_names();
-    if (std::find(names.begin(), names.end(), GetParam()) == names.end())
-      GTEST_SKIP() << "backend " << GetParam() << " not available here";
+    if (std::find(names.begin(), names.end(), backend_) == names.end())
+      GTEST_SKIP() << "backend " << backend_ << " not available here";
   }
+  void TearDown() override { unsetenv("UCX_TLS"); }
+  std::string backend_;
 };
 
 Payload view(const std::vector<uint8_t>& v) { return Payload{v.data(), v.size(), nullptr}; }
 
 TEST_P(Conformance, MessagesOfEverySizeArriveIntact) {
-  auto nets = make_nets(GetParam(), 2);
+  auto nets = make_nets(backend_, 2);
   ASSERT_EQ(nets.size(), 2u);
   const size_t sizes[] = {0, 1, 1000, stripe_bytes() - 1, stripe_bytes() + 1, 5 * stripe_bytes() + 17};
   std::vector<std::vector<uint8_t>> msgs;
@@ -57,7 +65,7 @@ TEST_P(Conformance, MessagesOfEverySizeArriveIntact) {
 }
 
 TEST_P(Conformance, ConcurrentOperationsDoNotCrossTalk) {
-  auto nets = make_nets(GetParam(), 2);
+  auto nets = make_nets(backend_, 2);
   ASSERT_EQ(nets.size(), 2u);
   std::vector<std::vector<uint8_t>> msgs;
   std::vector<SendRequestPtr> reqs;
@@ -77,7 +85,7 @@ TEST_P(Conformance, ConcurrentOperationsDoNotCrossTalk) {
 }
 
 TEST_P(Conformance, AllPairsAmongFourRanks) {
-  auto nets = make_nets(GetParam(), 4, 3);
+  auto nets = make_nets(backend_, 4, 3);
   ASSERT_EQ(nets.size(), 4u);
   std::vector<std::thread> ts;
   std::atomic<int> bad{0};
@@ -106,7 +114,7 @@ TEST_P(Conformance, AllPairsAmongFourRanks) {
 }
 
 TEST_P(Conformance, RecvTimesOutNamingThePeer) {
-  auto nets = make_nets(GetParam(), 2);
+  auto nets = make_nets(backend_, 2);
   ASSERT_EQ(nets.size(), 2u);
   ASSERT_TRUE(nets[0]->send(1, MsgKey{42, 0, 0}, Payload{}, soon()).ok());  // establish
   auto got = nets[0]->recv(1, MsgKey{42, 9, 9}, deadline_in(0.2));
@@ -115,7 +123,7 @@ TEST_P(Conformance, RecvTimesOutNamingThePeer) {
 }
 
 TEST_P(Conformance, AbortUnblocksWaiters) {
-  auto nets = make_nets(GetParam(), 2);
+  auto nets = make_nets(backend_, 2);
   ASSERT_EQ(nets.size(), 2u);
   ASSERT_TRUE(nets[0]->send(1, MsgKey{42, 0, 0}, Payload{}, soon()).ok());
   ASSERT_TRUE(nets[1]->recv(0, MsgKey{42, 0, 0}, soon()).ok());
@@ -129,7 +137,7 @@ TEST_P(Conformance, AbortUnblocksWaiters) {
 }
 
 TEST_P(Conformance, ClosedPeerIsPeerLost) {
-  auto nets = make_nets(GetParam(), 2);
+  auto nets = make_nets(backend_, 2);
   ASSERT_EQ(nets.size(), 2u);
   ASSERT_TRUE(nets[0]->send(1, MsgKey{42, 0, 0}, Payload{}, soon()).ok());
   ASSERT_TRUE(nets[1]->recv(0, MsgKey{42, 0, 0}, soon()).ok());
@@ -142,17 +150,22 @@ TEST_P(Conformance, ClosedPeerIsPeerLost) {
 }
 
 TEST_P(Conformance, WrongSecretIsRefused) {
-  auto good = Net::create(test::make_identity(1), 2, 1, GetParam());
+  auto good = Net::create(test::make_identity(1), 2, 1, backend_);
   ASSERT_TRUE(good.ok());
-  auto bad = Net::create(test::make_identity(0, 42, 8), 2, 1, GetParam());
+  auto bad = Net::create(test::make_identity(0, 42, 8), 2, 1, backend_);
   ASSERT_TRUE(bad.ok());
   bad.value()->set_addresses({bad.value()->address(), good.value()->address()});
   Status s = bad.value()->connect(1, soon(5));
   EXPECT_EQ(s.code(), Code::kAuthError) << s.to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("tcp", "loopback", "ucx"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("tcp", "loopback", "ucx", "ucx:tcp", "ucx:sm,tcp"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace sparrow::transport

@@ -1,5 +1,626 @@
 #include "transport/ucx/ucx_backend.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "transport/auth.h"
+#include "transport/tcp/socket.h"
+
 namespace sparrow::transport {
-bool ucx_available() { return false; }
-Result<std::unique_ptr<Backend>> make_ucx_backend(const BackendOptions&) { return InvalidArgument("ucx: WIP"); }
+namespace {
+
+// Active message ids. Auth messages carry their bytes as data; frames carry the frame header as the
+// AM header and the payload as data.
+enum : unsigned { kAmHello = 1, kAmChallenge = 2, kAmProof = 3, kAmWelcome = 4, kAmFrame = 5, kAmBye = 6 };
+constexpr double kAuthSeconds = 5;
+
+class UcxBackend;
+
+class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
+ public:
+  UcxConn(UcxBackend* be, ucp_ep_h ep, bool client) : be_(be), ep_(ep), client_(client) {}
+  void send(const FrameHeader& h, Payload p, SendDone done) override;
+  size_t queued_bytes() const override { return queued_.load(); }
+  void close() override;
+  int peer_rank() const override { return rank_; }
+  std::string peer_address() const override { return addr_; }
+  int stream() const override { return stream_; }
+  std::string desc() const { return "rank " + std::to_string(rank_) + " (" + addr_ + ", ucx stream " + std::to_string(stream_) + ")"; }
+
+  UcxBackend* be_;
+  ucp_ep_h ep_;
+  bool client_;
+  int rank_ = -1, stream_ = 0;
+  std::string addr_;
+  FrameSink* sink_ = nullptr;
+  std::atomic<size_t> queued_{0};
+  std::atomic<bool> failed_{false};
+  // Handshake (progress thread).
+  int stage_ = 0;  // server: 0 hello, 1 proof, 2 ready; client: 0 challenge, 1 welcome, 2 ready
+  uint8_t hello_[auth::kHelloBytes];
+  uint8_t challenge_[auth::kChallengeBytes];
+  Deadline deadline_;
+  // Client connect result.
+  std::promise<Status> connected_;
+  bool promised_ = false;
+};
+using UcxConnPtr = std::shared_ptr<UcxConn>;
+
+struct SendCtx {
+  UcxConnPtr conn;
+  uint8_t hdr[kFrameHeaderBytes];
+  Payload p;
+  SendDone done;
+  std::vector<uint8_t> own;  // auth messages
+};
+
+struct RecvCtx {
+  UcxConnPtr conn;
+  FrameHeader h;
+};
+
+struct Cmd {
+  enum Kind { kSend, kConnect, kClose } kind;
+  UcxConnPtr conn;
+  SendCtx* send = nullptr;
+  std::string address;
+  int peer_rank = 0, stream = 0;
+  FrameSink* sink = nullptr;
+  std::promise<Result<UcxConnPtr>>* result = nullptr;
+};
+
+class UcxBackend : public Backend {
+ public:
+  explicit UcxBackend(const BackendOptions& o) : opt_(o) {}
+  ~UcxBackend() override;
+  Status start();
+  const char* name() const override { return "ucx"; }
+  Result<std::string> listen(AcceptHandler on_accept) override;
+  Result<ConnPtr> connect(const std::string& address, int peer_rank, int stream, FrameSink* sink, Deadline d) override;
+  void abort(const Status& why) override;
+
+  void post(Cmd c) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      cmds_.push_back(std::move(c));
+    }
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);
+  }
+  void fail(const UcxConnPtr& c, const Status& why);
+
+ private:
+  void loop();
+  void run(Cmd& c);
+  void do_send(SendCtx* s, unsigned id, const void* hdr, size_t hlen);
+  void send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data, size_t n);
+  void on_conn_request(ucp_conn_request_h req);
+  ucs_status_t on_am(unsigned id, const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t* p);
+  // Graceful close flushes what was sent (a goodbye); force is for endpoints that already failed.
+  void close_ep(const UcxConnPtr& c, bool force = true);
+  UcxConnPtr conn_of(ucp_ep_h ep) {
+    auto it = eps_.find(ep);
+    return it == eps_.end() ? nullptr : it->second;
+  }
+
+  static void send_cb(void* req, ucs_status_t st, void* user);
+  static void recv_cb(void* req, ucs_status_t st, size_t len, void* user);
+  static void err_cb(void* arg, ucp_ep_h ep, ucs_status_t st);
+
+  BackendOptions opt_;
+  ucp_context_h ctx_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_listener_h listener_ = nullptr;
+  int efd_ = -1, wake_fd_ = -1;
+  AcceptHandler on_accept_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::deque<Cmd> cmds_;
+  Status aborted_;
+  std::unordered_map<ucp_ep_h, UcxConnPtr> eps_;  // progress thread only
+  struct Rndv {
+    void* desc;
+    uint8_t* dest;
+    RecvCtx* ctx;
+  };
+  std::vector<Rndv> rndv_;
+  std::vector<void*> closing_;  // ep close requests in flight
+  std::vector<std::unique_ptr<std::pair<UcxBackend*, unsigned>>> handler_args_;
+};
+
+// ---- UcxConn ------------------------------------------------------------------------------------------
+
+void UcxConn::send(const FrameHeader& h, Payload p, SendDone done) {
+  if (failed_) {
+    done(Error(Code::kPeerLost, "ucx connection to " + desc() + " is closed"));
+    return;
+  }
+  auto* s = new SendCtx();
+  s->conn = shared_from_this();
+  h.encode(s->hdr);
+  s->p = std::move(p);
+  s->done = std::move(done);
+  queued_ += s->p.len;
+  Cmd c{Cmd::kSend};
+  c.send = s;
+  be_->post(std::move(c));
 }
+
+void UcxConn::close() {
+  Cmd c{Cmd::kClose};
+  c.conn = shared_from_this();
+  be_->post(std::move(c));
+}
+
+// ---- UcxBackend ---------------------------------------------------------------------------------------
+
+Status UcxBackend::start() {
+  ucp_config_t* cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return Error(Code::kSystemError, "ucx: cannot read configuration");
+  ucp_params_t p{};
+  p.field_mask = UCP_PARAM_FIELD_FEATURES;
+  p.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  ucs_status_t st = ucp_init(&p, cfg, &ctx_);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) return Error(Code::kSystemError, std::string("ucx: ucp_init: ") + ucs_status_string(st));
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // every UCX call happens on the progress thread
+  if ((st = ucp_worker_create(ctx_, &wp, &worker_)) != UCS_OK)
+    return Error(Code::kSystemError, std::string("ucx: worker: ") + ucs_status_string(st));
+  if ((st = ucp_worker_get_efd(worker_, &efd_)) != UCS_OK)
+    return Error(Code::kSystemError, std::string("ucx: efd: ") + ucs_status_string(st));
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  for (unsigned id : {kAmHello, kAmChallenge, kAmProof, kAmWelcome, kAmFrame, kAmBye}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id = id;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    // The handler needs both the backend and the id.
+    struct Tramp {
+      static ucs_status_t cb(void* arg, const void* h, size_t hl, void* d, size_t l, const ucp_am_recv_param_t* prm) {
+        auto* pr = static_cast<std::pair<UcxBackend*, unsigned>*>(arg);
+        return pr->first->on_am(pr->second, h, hl, d, l, prm);
+      }
+    };
+    handler_args_.push_back(std::make_unique<std::pair<UcxBackend*, unsigned>>(this, id));
+    hp.arg = handler_args_.back().get();
+    hp.cb = Tramp::cb;
+    if ((st = ucp_worker_set_am_recv_handler(worker_, &hp)) != UCS_OK)
+      return Error(Code::kSystemError, std::string("ucx: am handler: ") + ucs_status_string(st));
+  }
+  thread_ = std::thread([this] { loop(); });
+  return Status::Ok();
+}
+
+UcxBackend::~UcxBackend() {
+  stop_ = true;
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (listener_) ucp_listener_destroy(listener_);
+  if (worker_) ucp_worker_destroy(worker_);
+  if (ctx_) ucp_cleanup(ctx_);
+}
+
+Result<std::string> UcxBackend::listen(AcceptHandler on_accept) {
+  on_accept_ = std::move(on_accept);
+  SPARROW_ASSIGN_OR_RETURN(net::SockAddr a, net::parse_address(opt_.bind_host.find(':') != std::string::npos
+                                                                   ? "[" + opt_.bind_host + "]:0"
+                                                                   : opt_.bind_host + ":0"));
+  // The listener must be created on the progress thread (single-threaded worker): run it as a command.
+  std::promise<Result<UcxConnPtr>> done;
+  auto fut = done.get_future();
+  Cmd c{Cmd::kConnect};
+  c.peer_rank = -2;  // marker: "create the listener"
+  c.address = std::string(reinterpret_cast<const char*>(&a.ss), a.len);
+  c.result = &done;
+  post(std::move(c));
+  auto r = fut.get();
+  if (!r.ok()) return r.status();
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  // Querying is a read of listener state set at creation; the progress thread is idle on it.
+  if (ucp_listener_query(listener_, &attr) != UCS_OK) return Error(Code::kSystemError, "ucx: listener query failed");
+  net::SockAddr b;
+  memcpy(&b.ss, &attr.sockaddr, sizeof attr.sockaddr);
+  return b.str();
+}
+
+Result<ConnPtr> UcxBackend::connect(const std::string& address, int peer_rank, int stream, FrameSink* sink,
+                                    Deadline d) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_.ok()) return aborted_;
+  }
+  std::promise<Result<UcxConnPtr>> done;
+  auto fut = done.get_future();
+  Cmd c{Cmd::kConnect};
+  c.address = address;
+  c.peer_rank = peer_rank;
+  c.stream = stream;
+  c.sink = sink;
+  c.result = &done;
+  post(std::move(c));
+  auto r = fut.get();  // the progress thread always answers (success, failure or the auth deadline)
+  if (!r.ok()) return std::move(r).take_status().context("ucx: connecting to rank " + std::to_string(peer_rank) + " (" + address + ")");
+  UcxConnPtr conn = r.value();
+  auto st = conn->connected_.get_future();
+  if (st.wait_until(d) != std::future_status::ready) {
+    conn->close();
+    return Error(Code::kTimeout, "ucx: rank " + std::to_string(peer_rank) + " (" + address + ") did not authenticate in time");
+  }
+  Status s = st.get();
+  if (!s.ok()) return s.context("ucx: connecting to rank " + std::to_string(peer_rank) + " (" + address + ")");
+  return ConnPtr(conn);
+}
+
+void UcxBackend::abort(const Status& why) {
+  std::vector<UcxConnPtr> all;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.ok()) aborted_ = why;
+  }
+  Cmd c{Cmd::kClose};  // conn == nullptr: close everything
+  post(std::move(c));
+}
+
+void UcxBackend::fail(const UcxConnPtr& c, const Status& why) {
+  if (c->failed_.exchange(true)) return;
+  SPARROW_INFO("ucx connection to %s failed: %s", c->desc().c_str(), why.to_string().c_str());
+  if (c->client_ && !c->promised_) {
+    c->promised_ = true;
+    c->connected_.set_value(why);
+  }
+  if (c->sink_ && c->stage_ == 2) c->sink_->conn_failed(c.get(), why);
+}
+
+void UcxBackend::close_ep(const UcxConnPtr& c, bool force) {
+  if (!c->ep_) return;
+  eps_.erase(c->ep_);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(c->ep_, &p);
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  c->ep_ = nullptr;
+}
+
+void UcxBackend::send_cb(void* req, ucs_status_t st, void* user) {
+  auto* s = static_cast<SendCtx*>(user);
+  s->conn->queued_ -= s->p.len;
+  if (s->done) s->done(st == UCS_OK ? Status::Ok() : Error(Code::kPeerLost, std::string("ucx send: ") + ucs_status_string(st)));
+  delete s;
+  ucp_request_free(req);
+}
+
+void UcxBackend::recv_cb(void* req, ucs_status_t st, size_t, void* user) {
+  auto* r = static_cast<RecvCtx*>(user);
+  if (st == UCS_OK && !r->conn->failed_) r->conn->sink_->frame_end(r->conn.get(), r->h);
+  else r->conn->be_->fail(r->conn, Error(Code::kPeerLost, std::string("ucx receive: ") + ucs_status_string(st)));
+  delete r;
+  ucp_request_free(req);
+}
+
+void UcxBackend::err_cb(void* arg, ucp_ep_h ep, ucs_status_t st) {
+  auto* be = static_cast<UcxBackend*>(arg);
+  UcxConnPtr c = be->conn_of(ep);
+  if (!c) return;
+  be->fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " lost: " + ucs_status_string(st)));
+  be->close_ep(c);
+}
+
+void UcxBackend::do_send(SendCtx* s, unsigned id, const void* hdr, size_t hlen) {
+  if (s->conn->failed_ || !s->conn->ep_) {
+    s->conn->queued_ -= s->p.len;
+    if (s->done) s->done(Error(Code::kPeerLost, "ucx connection to " + s->conn->desc() + " is closed"));
+    delete s;
+    return;
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = send_cb;
+  p.user_data = s;
+  p.flags = UCP_AM_SEND_FLAG_REPLY;
+  void* req = ucp_am_send_nbx(s->conn->ep_, id, hdr, hlen, s->p.data, s->p.len, &p);
+  if (req == nullptr) {
+    s->conn->queued_ -= s->p.len;
+    if (s->done) s->done(Status::Ok());
+    delete s;
+  } else if (UCS_PTR_IS_ERR(req)) {
+    UcxConnPtr c = s->conn;
+    c->queued_ -= s->p.len;
+    Status e = Error(Code::kPeerLost, std::string("ucx send to ") + c->desc() + ": " + ucs_status_string(UCS_PTR_STATUS(req)));
+    if (s->done) s->done(e);
+    delete s;
+    fail(c, e);
+  }
+}
+
+void UcxBackend::send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data, size_t n) {
+  auto* s = new SendCtx();
+  s->conn = c;
+  s->own.assign(data, data + n);
+  s->p = Payload{s->own.data(), n, nullptr};
+  c->queued_ += n;  // do_send's completion subtracts it again
+  do_send(s, id, nullptr, 0);
+}
+
+void UcxBackend::on_conn_request(ucp_conn_request_h req) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!aborted_.ok()) {
+    ucp_listener_reject(listener_, req);
+    return;
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.conn_request = req;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = err_cb;
+  ep.err_handler.arg = this;
+  ucp_ep_h h;
+  if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) return;
+  auto c = std::make_shared<UcxConn>(this, h, false);
+  c->deadline_ = deadline_in(kAuthSeconds);
+  c->addr_ = "ucx-peer";
+  eps_[h] = c;
+}
+
+ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, void* data, size_t len,
+                               const ucp_am_recv_param_t* prm) {
+  if (!(prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+  UcxConnPtr c = conn_of(prm->reply_ep);
+  if (!c || c->failed_) return UCS_OK;
+  const bool rndv = prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  auto refuse = [&](const std::string& why) {
+    SPARROW_INFO("ucx: dropping connection: %s", why.c_str());
+    fail(c, Error(Code::kAuthError, why));
+    close_ep(c);
+    return UCS_OK;
+  };
+  if (id != kAmFrame && (rndv || hlen != 0)) return refuse("malformed handshake message");
+  switch (id) {
+    case kAmHello: {
+      if (c->client_ || c->stage_ != 0 || len != auth::kHelloBytes) return refuse("unexpected hello");
+      auto h = auth::Hello::decode(static_cast<const uint8_t*>(data));
+      if (!h.ok() || h->comm_id != opt_.identity.comm_id) return refuse("hello for another communicator");
+      memcpy(c->hello_, data, len);
+      c->rank_ = int(h->rank);
+      c->stream_ = h->stream;
+      auto ch = auth::make_challenge(opt_.identity.secret, c->hello_, uint32_t(opt_.identity.rank));
+      memcpy(c->challenge_, ch.data(), ch.size());
+      c->stage_ = 1;
+      send_auth(c, kAmChallenge, ch.data(), ch.size());
+      return UCS_OK;
+    }
+    case kAmProof: {
+      if (c->client_ || c->stage_ != 1 || len != auth::kProofBytes) return refuse("unexpected proof");
+      if (!auth::check_proof(opt_.identity.secret, c->hello_, c->challenge_, static_cast<const uint8_t*>(data)))
+        return refuse("wrong proof: the peer does not know the communicator secret");
+      auto w = auth::welcome();
+      send_auth(c, kAmWelcome, w.data(), w.size());
+      FrameSink* sink = on_accept_ ? on_accept_(c) : nullptr;
+      if (!sink) return refuse("connection not expected");
+      c->sink_ = sink;
+      c->stage_ = 2;
+      return UCS_OK;
+    }
+    case kAmChallenge: {
+      if (!c->client_ || c->stage_ != 0 || len != auth::kChallengeBytes) return refuse("unexpected challenge");
+      auto r = auth::check_challenge(opt_.identity.secret, c->hello_, static_cast<const uint8_t*>(data));
+      if (!r.ok()) return refuse(r.status().message());
+      if (r.value() != uint32_t(c->rank_)) return refuse("peer claims to be rank " + std::to_string(int(r.value())));
+      memcpy(c->challenge_, data, len);
+      auto proof = auth::make_proof(opt_.identity.secret, c->hello_, c->challenge_);
+      c->stage_ = 1;
+      send_auth(c, kAmProof, proof.data(), proof.size());
+      return UCS_OK;
+    }
+    case kAmWelcome: {
+      if (!c->client_ || c->stage_ != 1 || len != auth::kWelcomeBytes || !auth::is_welcome(static_cast<const uint8_t*>(data)))
+        return refuse("unexpected welcome");
+      c->stage_ = 2;
+      c->promised_ = true;
+      c->connected_.set_value(Status::Ok());
+      return UCS_OK;
+    }
+    case kAmBye:
+      fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " closed by the peer"));
+      close_ep(c);
+      return UCS_OK;
+    case kAmFrame: {
+      if (c->stage_ != 2 || !c->sink_ || hlen != kFrameHeaderBytes) return refuse("frame before authentication");
+      auto h = FrameHeader::decode(static_cast<const uint8_t*>(header));
+      if (!h.ok() || h->len != len) return refuse("bad frame header");
+      auto dst = c->sink_->frame_begin(c.get(), h.value());
+      if (!dst.ok()) return refuse(dst.status().message());
+      if (!rndv) {
+        if (len) memcpy(dst.value(), data, len);
+        c->sink_->frame_end(c.get(), h.value());
+        return UCS_OK;
+      }
+      // Fetched after progress returns; UCS_INPROGRESS keeps the descriptor valid until then.
+      rndv_.push_back(Rndv{data, dst.value(), new RecvCtx{c, h.value()}});
+      return UCS_INPROGRESS;
+    }
+  }
+  return UCS_OK;
+}
+
+void UcxBackend::run(Cmd& c) {
+  switch (c.kind) {
+    case Cmd::kSend: do_send(c.send, kAmFrame, c.send->hdr, kFrameHeaderBytes); return;
+    case Cmd::kClose: {
+      std::vector<UcxConnPtr> targets;
+      if (c.conn) targets.push_back(c.conn);
+      else
+        for (auto& [ep, conn] : eps_) targets.push_back(conn);
+      for (auto& t : targets) {
+        bool graceful = t->ep_ && !t->failed_ && t->stage_ == 2;
+        if (graceful) {
+          uint8_t b = 0;
+          send_auth(t, kAmBye, &b, 1);  // tell the peer now rather than when a keepalive notices
+        }
+        fail(t, Status(Code::kInternalError, "ucx connection to " + t->desc() + " was closed locally"));
+        close_ep(t, !graceful);
+      }
+      return;
+    }
+    case Cmd::kConnect: {
+      if (c.peer_rank == -2) {  // listener creation
+        ucp_listener_params_t lp{};
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(c.address.data());
+        lp.sockaddr.addrlen = socklen_t(c.address.size());
+        lp.conn_handler.cb = [](ucp_conn_request_h r, void* arg) { static_cast<UcxBackend*>(arg)->on_conn_request(r); };
+        lp.conn_handler.arg = this;
+        ucs_status_t st = ucp_listener_create(worker_, &lp, &listener_);
+        if (st != UCS_OK) c.result->set_value(Error(Code::kSystemError, std::string("ucx listener: ") + ucs_status_string(st)));
+        else c.result->set_value(UcxConnPtr());
+        return;
+      }
+      auto a = net::parse_address(c.address);
+      if (!a.ok()) {
+        c.result->set_value(a.status());
+        return;
+      }
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&a->ss);
+      ep.sockaddr.addrlen = a->len;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = err_cb;
+      ep.err_handler.arg = this;
+      ucp_ep_h h;
+      ucs_status_t st = ucp_ep_create(worker_, &ep, &h);
+      if (st != UCS_OK) {
+        c.result->set_value(Error(Code::kPeerLost, std::string("ucx connect: ") + ucs_status_string(st)));
+        return;
+      }
+      auto conn = std::make_shared<UcxConn>(this, h, true);
+      conn->rank_ = c.peer_rank;
+      conn->stream_ = c.stream;
+      conn->addr_ = c.address;
+      conn->sink_ = c.sink;
+      conn->deadline_ = deadline_in(kAuthSeconds);
+      auth::Hello hello;
+      hello.stream = uint16_t(c.stream);
+      hello.rank = uint32_t(opt_.identity.rank);
+      hello.comm_id = opt_.identity.comm_id;
+      hello.nonce = auth::random_nonce();
+      auto hb = hello.encode();
+      memcpy(conn->hello_, hb.data(), hb.size());
+      eps_[h] = conn;
+      c.result->set_value(conn);
+      send_auth(conn, kAmHello, hb.data(), hb.size());
+      return;
+    }
+  }
+}
+
+void UcxBackend::loop() {
+  Deadline stop_by{};
+  while (true) {
+    std::deque<Cmd> cmds;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      cmds.swap(cmds_);
+    }
+    for (auto& c : cmds) run(c);
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    // Rendezvous payloads are fetched outside the AM callback.
+    auto rv = std::move(rndv_);
+    rndv_.clear();
+    for (auto& r : rv) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.recv_am = recv_cb;
+      p.user_data = r.ctx;
+      void* req = ucp_am_recv_data_nbx(worker_, r.desc, r.dest, r.ctx->h.len, &p);
+      if (req == nullptr) {
+        r.ctx->conn->sink_->frame_end(r.ctx->conn.get(), r.ctx->h);
+        delete r.ctx;
+      } else if (UCS_PTR_IS_ERR(req)) {
+        fail(r.ctx->conn, Error(Code::kPeerLost, "ucx receive failed"));
+        delete r.ctx;
+      }
+    }
+    // Handshakes that did not finish in time.
+    auto now = Clock::now();
+    std::vector<UcxConnPtr> late;
+    for (auto& [ep, c] : eps_)
+      if (c->stage_ != 2 && c->deadline_ < now) late.push_back(c);
+    for (auto& c : late) {
+      fail(c, Error(Code::kTimeout, "ucx handshake with " + c->desc() + " timed out"));
+      close_ep(c);
+    }
+    for (auto it = closing_.begin(); it != closing_.end();) {
+      if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+        ucp_request_free(*it);
+        it = closing_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (stop_) {
+      if (stop_by == Deadline{}) stop_by = deadline_in(2);
+      if (!eps_.empty()) {
+        Cmd all{Cmd::kClose};
+        run(all);
+        continue;
+      }
+      if (closing_.empty() || Clock::now() > stop_by) return;
+      continue;
+    }
+    if (!rndv_.empty()) continue;
+    bool idle;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      idle = cmds_.empty();
+    }
+    if (!idle) continue;
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+    pollfd pf[2] = {{efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    poll(pf, 2, closing_.empty() && late.empty() ? 100 : 1);
+    if (pf[1].revents) {
+      uint64_t v;
+      (void)!read(wake_fd_, &v, sizeof v);
+    }
+  }
+}
+
+}  // namespace
+
+bool ucx_available() {
+  ucp_config_t* cfg = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return false;
+  ucp_config_release(cfg);
+  return true;
+}
+
+Result<std::unique_ptr<Backend>> make_ucx_backend(const BackendOptions& o) {
+  if (o.identity.secret.size() != 16) return InvalidArgument("ucx backend: identity needs a 16-byte secret");
+  auto b = std::make_unique<UcxBackend>(o);
+  SPARROW_RETURN_IF_ERROR(b->start());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace sparrow::transport
