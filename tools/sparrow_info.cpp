@@ -1,23 +1,70 @@
 // sparrow-info: what this build of sparrow is and how it is configured.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
+#include "api/api_internal.h"
 #include "core/params.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
+#include "transport/transport.h"
 
 using namespace sparrow;
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: sparrow-info [-c|--config] [-v|--version] [-h|--help]\n"
-          "  -c, --config   every SPARROW_* parameter with its value and where it came from\n"
-          "  -v, --version  library version and CPU kernels in use\n");
+          "usage: sparrow-info [-c|--config] [-v|--version] [-t|--transports] [--probe [N]] [-h|--help]\n"
+          "  -c, --config      every SPARROW_* parameter with its value and where it came from\n"
+          "  -v, --version     library version and CPU kernels in use\n"
+          "  -t, --transports  transport backends by priority, and the one SPARROW_TRANSPORT selects\n"
+          "  --probe [N]       start N ranks (default 4) in this process on this host and print the\n"
+          "                    RTT/bandwidth table measured at communicator creation (SPARROW_PROBE_MS)\n");
+}
+
+static int probe(int n) {
+  if (n < 2) {
+    fprintf(stderr, "sparrow-info: --probe needs at least 2 ranks\n");
+    return 2;
+  }
+  setenv("SPARROW_SOCKET_IFNAME", getenv("SPARROW_SOCKET_IFNAME") ? getenv("SPARROW_SOCKET_IFNAME") : "lo", 1);
+  sparrowUniqueId id;
+  if (sparrowGetUniqueId(&id) != sparrowSuccess) {
+    fprintf(stderr, "sparrow-info: %s\n", sparrowGetLastError(nullptr));
+    return 1;
+  }
+  std::vector<sparrowComm_t> comms(n, nullptr);
+  std::vector<sparrowResult_t> rc(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) ts.emplace_back([&, r] { rc[r] = sparrowCommInitRank(&comms[r], n, id, r); });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r)
+    if (rc[r] != sparrowSuccess) {
+      fprintf(stderr, "sparrow-info: rank %d: %s\n", r, sparrowGetErrorString(rc[r]));
+      return 1;
+    }
+  Comm* c = comm_impl(comms[0]);
+  printf("%d ranks on %s over %s, %d stream(s) per peer\n", n, c->ranks()[0].host.c_str(), c->net().backend_name(),
+         c->net().nstreams());
+  printf("%s", c->probe().format().c_str());
+  for (auto cm : comms) sparrowCommDestroy(cm);
+  return 0;
 }
 
 int main(int argc, char** argv) {
   bool config = false, version = argc == 1;
   for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--probe")) {
+      int n = (i + 1 < argc && argv[i + 1][0] != '-') ? atoi(argv[++i]) : 4;
+      return probe(n);
+    }
+    if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--transports")) {
+      printf("transports by priority:");
+      for (auto& n : transport::backend_names()) printf(" %s", n.c_str());
+      printf("\nSPARROW_TRANSPORT=%s\n", transport::configured_transport().c_str());
+      continue;
+    }
     if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) config = true;
     else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--version")) version = true;
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
