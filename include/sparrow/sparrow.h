@@ -4,9 +4,8 @@
  * This header mirrors NCCL's: types and numeric values match ncclDataType_t / ncclResult_t where NCCL
  * has them. It is C99 and C++ compatible. Only symbols starting with `sparrow` are exported.
  *
- * This release provides the communicator (bootstrap, authenticated transport, probing). The
- * collectives of the design (sparrowBroadcast, sparrowSparseBcast, groups) are added to this header
- * as they are implemented; nothing is declared here that does not exist.
+ * Buffers are host memory in this release (stream must be NULL); device buffers come with the CUDA
+ * build.
  */
 #ifndef SPARROW_SPARROW_H_
 #define SPARROW_SPARROW_H_
@@ -95,6 +94,54 @@ const char* sparrowGetErrorString(sparrowResult_t result);
  * on this thread), naming the peer rank and address where one was involved. Valid until the next
  * call on the same thread; never NULL. */
 const char* sparrowGetLastError(sparrowComm_t comm);
+
+/* Dense broadcast of `count` elements from the root's sendbuff into every rank's recvbuff (the
+ * root's too when recvbuff != sendbuff), pipelined in segments along the topology-aware tree.
+ * Collective; returns when this rank's buffers may be reused. */
+sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
+                                 int root, sparrowComm_t comm, sparrowStream_t stream);
+/* In-place form: sparrowBroadcast(buff, buff, ...). */
+sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatype, int root, sparrowComm_t comm,
+                             sparrowStream_t stream);
+
+/* Sparse, bit-exact broadcast of a buffer that changes a little between calls (RL weight sync).
+ * Collective: every rank passes the same count, datatype and root. Per-buffer state is keyed by the
+ * buffer address (root: sendbuff; others: recvbuff). The first call for a buffer sends it whole;
+ * later calls send only the elements whose bits changed since the last call, and receivers, whose
+ * recvbuff must still hold the previous version, apply them after verifying every chunk and the
+ * content digest. A receiver's buffer holds the old version or the new one, never a mixture.
+ * Returns: on the root, once the data is handed to the transport (the caller may modify sendbuff at
+ * once); on receivers, once the new version is in recvbuff. Errors:
+ *   sparrowInvalidUsage     arguments differ between ranks (on the first call for a buffer every rank
+ *                           returns it; later, receivers return it and the root at its next call)
+ *   sparrowVersionMismatch  this receiver's buffer did not hold the previous version (a lost step, or
+ *                           the user wrote into it): recvbuff is unchanged and the next call
+ *                           delivers a full snapshot to this rank automatically
+ *   sparrowPeerLost, sparrowTimeout, sparrowCorruptData: as named; recvbuff unchanged. */
+sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
+                                   int root, sparrowComm_t comm, sparrowStream_t stream);
+/* Forgets the state of `buff` on this rank: its next sparse broadcast is dense (root) or a resync. */
+sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff);
+
+/* Calls between these travel as one operation: the sparse broadcasts of one communicator and root
+ * become one checkpoint (one version step for a whole model's tensors). Per thread; may nest. */
+sparrowResult_t sparrowGroupStart(void);
+sparrowResult_t sparrowGroupEnd(void);
+
+/* What the last collective on this communicator did, as seen by this rank. */
+typedef struct {
+  unsigned long long ops;              /* collectives completed on this communicator */
+  unsigned long long denseBytes;       /* bytes of the buffers of the last operation */
+  unsigned long long wireBytes;        /* bytes of its checkpoint (or dense payload) */
+  unsigned long long changedElements;  /* elements whose bits changed */
+  double density;                      /* changedElements / elements */
+  double encodeSeconds;                /* root: extraction + encoding (overlapped with sending) */
+  double applySeconds;                 /* receiver: verification + apply */
+  double totalSeconds;                 /* the whole call on this rank */
+  unsigned long long resyncs;          /* full snapshots sent (root) or received (receiver), cumulative */
+  int full;                            /* the last operation was a full (dense) version */
+} sparrowStats;
+sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -7,6 +7,8 @@
 
 #include "api/api_internal.h"
 #include "bootstrap/bootstrap.h"
+#include "collectives/bcast.h"
+#include "format/checkpoint.h"
 #include "collectives/comm.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -37,6 +39,72 @@ sparrowResult_t fail(const sparrow::Status& s, sparrowComm* comm = nullptr) {
 }
 
 sparrowResult_t invalid(const char* msg) { return fail(sparrow::InvalidArgument(msg)); }
+
+// Group state is per thread, as in NCCL.
+struct PendingOp {
+  bool sparse;
+  sparrowComm* comm;
+  sparrow::coll::BufferArg buf;
+  int root;
+};
+thread_local int t_group_depth = 0;
+thread_local std::vector<PendingOp> t_group;
+
+sparrow::Status check_args(sparrowComm* comm, const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t dt,
+                           int root, sparrowStream_t stream, const char* fn) {
+  std::string f = fn;
+  if (!comm) return sparrow::InvalidArgument(f + ": comm is NULL");
+  if (int(dt) < 0 || int(dt) > 9) return sparrow::InvalidArgument(f + ": unknown datatype " + std::to_string(int(dt)));
+  if (root < 0 || root >= comm->impl->nranks())
+    return sparrow::InvalidArgument(f + ": root " + std::to_string(root) + " out of range for " +
+                                    std::to_string(comm->impl->nranks()) + " ranks");
+  if (stream) return sparrow::InvalidArgument(f + ": this build takes host buffers only (stream must be NULL)");
+  if (count > 0) {
+    if (comm->impl->rank() == root && !sendbuff) return sparrow::InvalidArgument(f + ": sendbuff is NULL on the root");
+    if (comm->impl->rank() != root && !recvbuff) return sparrow::InvalidArgument(f + ": recvbuff is NULL");
+  }
+  return sparrow::Status::Ok();
+}
+
+sparrowResult_t run(sparrowComm* comm, const sparrow::Status& s) {
+  if (!s.ok()) return fail(s, comm);
+  return sparrowSuccess;
+}
+
+// Executes a group: sparse operations of one (communicator, root) become one operation; everything
+// else runs in call order.
+sparrowResult_t flush_group(std::vector<PendingOp> ops) {
+  sparrowResult_t first = sparrowSuccess;
+  std::vector<bool> done(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (done[i]) continue;
+    sparrow::Status s;
+    if (!ops[i].sparse) {
+      s = sparrow::coll::broadcast(*ops[i].comm->impl, ops[i].buf, ops[i].root);
+    } else {
+      std::vector<sparrow::coll::BufferArg> bufs;
+      for (size_t j = i; j < ops.size(); ++j) {
+        if (!done[j] && ops[j].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
+          bufs.push_back(ops[j].buf);
+          done[j] = true;
+        }
+      }
+      s = sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root);
+    }
+    done[i] = true;
+    sparrowResult_t r = run(ops[i].comm, s);
+    if (first == sparrowSuccess) first = r;
+  }
+  return first;
+}
+
+sparrowResult_t enqueue_or_run(PendingOp op) {
+  if (t_group_depth > 0) {
+    t_group.push_back(op);
+    return sparrowSuccess;
+  }
+  return flush_group({op});
+}
 
 }  // namespace
 
@@ -99,6 +167,61 @@ SPARROW_EXPORT sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int
 SPARROW_EXPORT sparrowResult_t sparrowCommGetAsyncError(sparrowComm_t comm, sparrowResult_t* asyncError) {
   if (!comm || !asyncError) return invalid("sparrowCommGetAsyncError: NULL argument");
   *asyncError = static_cast<sparrowResult_t>(comm->impl->async_error().code());
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                                sparrowDataType_t datatype, int root, sparrowComm_t comm,
+                                                sparrowStream_t stream) {
+  sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowBroadcast");
+  if (!s.ok()) return fail(s, comm);
+  return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root});
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatype, int root,
+                                            sparrowComm_t comm, sparrowStream_t stream) {
+  return sparrowBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t count,
+                                                  sparrowDataType_t datatype, int root, sparrowComm_t comm,
+                                                  sparrowStream_t stream) {
+  sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcast");
+  if (!s.ok()) return fail(s, comm);
+  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root});
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {
+  if (!comm || !buff) return invalid("sparrowSparseBcastReset: NULL argument");
+  return run(comm, sparrow::coll::sparse_reset(*comm->impl, buff));
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowGroupStart(void) {
+  ++t_group_depth;
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowGroupEnd(void) {
+  if (t_group_depth == 0) return fail(sparrow::Error(sparrow::Code::kInvalidUsage, "sparrowGroupEnd without sparrowGroupStart"));
+  if (--t_group_depth > 0) return sparrowSuccess;
+  std::vector<PendingOp> ops;
+  ops.swap(t_group);
+  return flush_group(std::move(ops));
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* out) {
+  if (!comm || !out) return invalid("sparrowCommGetStats: NULL argument");
+  const auto& st = comm->impl->coll().stats;
+  out->ops = st.ops;
+  out->denseBytes = st.dense_bytes;
+  out->wireBytes = st.wire_bytes;
+  out->changedElements = st.changed;
+  out->density = st.density;
+  out->encodeSeconds = st.encode_s;
+  out->applySeconds = st.apply_s;
+  out->totalSeconds = st.total_s;
+  out->resyncs = st.resyncs;
+  out->full = st.full ? 1 : 0;
   return sparrowSuccess;
 }
 

@@ -7,12 +7,46 @@
 #include <string>
 #include <vector>
 
+#include <deque>
+#include <map>
+#include <set>
+
 #include "bootstrap/bootstrap.h"
 #include "core/status.h"
+#include "kernels/cpu/delta.h"
 #include "topology/probe.h"
 #include "transport/net.h"
 
 namespace sparrow {
+
+// Per-communicator state of the collectives (used by one thread at a time, like the communicator).
+struct CollState {
+  using Key = std::vector<const void*>;  // the buffer(s) of an operation on this rank
+  struct Root {
+    std::vector<kernels::cpu::TensorSpec> layout;
+    std::unique_ptr<kernels::cpu::DeltaEncoder> enc;
+    std::set<int> need_resync;  // ranks that get a full snapshot at the next operation
+  };
+  struct Recv {
+    std::vector<kernels::cpu::TensorSpec> layout;
+    kernels::cpu::ReceiverState st;
+  };
+  struct PendingAck {
+    uint64_t seq;
+    Key key;
+    std::vector<int> ranks;
+  };
+  std::map<Key, Root> roots;
+  std::map<Key, Recv> recvs;
+  std::deque<PendingAck> acks;
+  Status deferred;  // an asynchronous failure to report at the next call
+  struct Stats {
+    uint64_t ops = 0, resyncs = 0;
+    uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
+    double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
+    bool full = false;
+  } stats;
+};
 
 class Comm {
  public:
@@ -35,8 +69,10 @@ class Comm {
   // Records a failure for sparrowGetLastError / sparrowCommGetAsyncError.
   void set_error(const Status& s);
   std::string last_error() const;
+  CollState& coll() { return coll_; }
 
  private:
+  CollState coll_;
   Comm() = default;
   int rank_ = 0, nranks_ = 0;
   bootstrap::IdData id_;

@@ -36,6 +36,10 @@ class Net {
   Status recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d);
   // Ensures the channel to `peer` exists (both sides must call it, directly or through send/recv).
   Status connect(int peer, Deadline d);
+  bool has_channel(int peer) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return peer >= 0 && peer < nranks_ && chans_[peer] != nullptr;
+  }
   // Fails every wait and connection, now and later; idempotent.
   void abort(const Status& why);
   Status aborted() const;

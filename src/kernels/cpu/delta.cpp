@@ -1,5 +1,6 @@
 #include "kernels/cpu/delta.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -104,8 +105,28 @@ Result<std::vector<uint8_t>> DeltaEncoder::encode(std::span<const void* const> c
   return out;
 }
 
+Result<std::vector<uint8_t>> DeltaEncoder::encode_stream(std::span<const void* const> current,
+                                                         const EncodeOptions& opt, EncodeStats* stats,
+                                                         const FrameFn& on_header, const FrameFn& on_chunk) {
+  std::vector<uint8_t> footer;
+  EncodeStats local;
+  Status s = encode_impl(current, opt, !have_shadow_, stats ? stats : &local, footer, &on_header, &on_chunk);
+  if (!s.ok()) {
+    reset();
+    return s;
+  }
+  return footer;
+}
+
+Result<std::vector<uint8_t>> DeltaEncoder::snapshot(std::span<const void* const> current, const EncodeOptions& opt) const {
+  DeltaEncoder tmp(tensors_);
+  tmp.version_ = version_ > 0 ? version_ - 1 : 0;
+  return tmp.encode(current, opt);
+}
+
 Status DeltaEncoder::encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full,
-                                 EncodeStats* st, std::vector<uint8_t>& out) {
+                                 EncodeStats* st, std::vector<uint8_t>& out, const FrameFn* on_header,
+                                 const FrameFn* on_chunk) {
   double wall0 = now_s();
   if (current.size() != tensors_.size())
     return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
@@ -124,6 +145,27 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     shadow_.assign(tensors_.size(), {});
     for (size_t t = 0; t < tensors_.size(); ++t) shadow_[t].resize(tensors_[t].bytes());
   }
+  format::Header hd;
+  hd.flags = full ? format::kFlagFull : 0;
+  hd.base_version = full ? 0 : version_;
+  hd.new_version = version_ + 1;
+  hd.chunk_elems = ce;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    format::TensorEntry e;
+    e.name = tensors_[t].name;
+    e.dtype = tensors_[t].dtype;
+    e.elem_size = uint8_t(tensors_[t].elem_size());
+    e.count = tensors_[t].count;
+    e.base_digest = full ? 0 : digests_[t];
+    hd.tensors.push_back(std::move(e));
+  }
+  const bool streaming = on_header && on_chunk;
+  if (streaming) {
+    std::vector<uint8_t> h;
+    format::write_header(hd, h);
+    (*on_header)(std::move(h));
+  }
+  std::atomic<uint64_t> streamed{0}, streamed_bytes{0};
   std::vector<Block> blocks = make_blocks(tensors_, ce);
   std::vector<std::vector<uint8_t>> frames(blocks.size());
   std::vector<uint64_t> dig(blocks.size(), 0);
@@ -168,6 +210,12 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
       h.index_codec = IndexCodec::kDense;
       h.value_codec = vc;
       format::write_chunk(h, {}, vals, frames[bi]);
+      if (streaming) {
+        ++streamed;
+        streamed_bytes += frames[bi].size();
+        (*on_chunk)(std::move(frames[bi]));
+        frames[bi] = {};
+      }
       ws.changes += b.n;
       ws.chunks++;
       ws.dense_chunks++;
@@ -251,6 +299,12 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     h.index_codec = ic;
     h.value_codec = vc;
     format::write_chunk(h, s.idx, vals, frames[bi]);
+    if (streaming) {
+      ++streamed;
+      streamed_bytes += frames[bi].size();
+      (*on_chunk)(std::move(frames[bi]));
+      frames[bi] = {};
+    }
     ws.changes += k;
     ws.chunks++;
     ws.index_bytes += s.idx.size();
@@ -261,20 +315,6 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   });
   if (!first_error.ok()) return first_error.context("encoding version " + std::to_string(version_ + 1));
 
-  format::Header hd;
-  hd.flags = full ? format::kFlagFull : 0;
-  hd.base_version = full ? 0 : version_;
-  hd.new_version = version_ + 1;
-  hd.chunk_elems = ce;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    format::TensorEntry e;
-    e.name = tensors_[t].name;
-    e.dtype = tensors_[t].dtype;
-    e.elem_size = uint8_t(tensors_[t].elem_size());
-    e.count = tensors_[t].count;
-    e.base_digest = full ? 0 : digests_[t];
-    hd.tensors.push_back(std::move(e));
-  }
   std::vector<uint64_t> nd(tensors_.size(), 0);
   if (!full) nd = digests_;
   size_t total = 0, nchunks = 0;
@@ -284,12 +324,20 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     nchunks += !frames[i].empty();
   }
   out.clear();
-  format::write_header(hd, out);
-  size_t header_bytes = out.size();
-  out.reserve(header_bytes + total + 32 + 8 * tensors_.size());
-  for (auto& f : frames) {
-    out.insert(out.end(), f.begin(), f.end());
-    std::vector<uint8_t>().swap(f);
+  size_t header_bytes = 0;
+  if (!streaming) {
+    format::write_header(hd, out);
+    header_bytes = out.size();
+    out.reserve(header_bytes + total + 32 + 8 * tensors_.size());
+    for (auto& f : frames) {
+      out.insert(out.end(), f.begin(), f.end());
+      std::vector<uint8_t>().swap(f);
+    }
+  } else {
+    std::vector<uint8_t> h;
+    format::write_header(hd, h);
+    header_bytes = h.size();
+    nchunks = streamed.load();
   }
   format::Footer ft;
   ft.chunk_count = nchunks;
@@ -300,8 +348,10 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   for (auto& w : wstats) merge(agg, w);
   agg.dense_bytes = 0;
   for (auto& t : tensors_) agg.dense_bytes += t.bytes();
-  agg.wire_bytes = out.size();
-  agg.leb128_overwrite_bytes += out.size() - total;  // same header and footer
+  // Header and footer are the same in both formats.
+  const size_t frame_overhead = streaming ? header_bytes + out.size() : out.size() - total;
+  agg.wire_bytes = streaming ? frame_overhead + streamed_bytes.load() : out.size();
+  agg.leb128_overwrite_bytes += frame_overhead;
   agg.wall_seconds = now_s() - wall0;
   *st = agg;
   digests_ = std::move(nd);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,14 +64,24 @@ class DeltaEncoder {
   // next call is a full snapshot again.
   Result<std::vector<uint8_t>> encode(std::span<const void* const> current, const EncodeOptions& opt = {},
                                       EncodeStats* stats = nullptr);
+  // Streaming form for the collectives: `on_header` gets the header before any chunk exists,
+  // `on_chunk` gets each chunk frame as soon as it is encoded (from worker threads, in any order);
+  // the footer is returned. Same state transitions as encode().
+  using FrameFn = std::function<void(std::vector<uint8_t>&& frame)>;
+  Result<std::vector<uint8_t>> encode_stream(std::span<const void* const> current, const EncodeOptions& opt,
+                                             EncodeStats* stats, const FrameFn& on_header, const FrameFn& on_chunk);
+  // A full snapshot of `current` labelled with the current version (for a receiver that needs a
+  // resync); the encoder's state is unchanged. `current` must hold that version.
+  Result<std::vector<uint8_t>> snapshot(std::span<const void* const> current, const EncodeOptions& opt = {}) const;
   void reset();
+  bool has_state() const { return have_shadow_; }
   uint64_t version() const { return version_; }
   const std::vector<uint64_t>& digests() const { return digests_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
 
  private:
   Status encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full, EncodeStats* st,
-                     std::vector<uint8_t>& out);
+                     std::vector<uint8_t>& out, const FrameFn* on_header = nullptr, const FrameFn* on_chunk = nullptr);
   std::vector<TensorSpec> tensors_;
   std::vector<std::vector<uint8_t>> shadow_;
   std::vector<uint64_t> digests_;

@@ -1,0 +1,496 @@
+#include "collectives/bcast.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/params.h"
+#include "format/bits.h"
+#include "format/checkpoint.h"
+#include "topology/tree.h"
+
+namespace sparrow::coll {
+
+using kernels::cpu::TensorSpec;
+using transport::MsgKey;
+using transport::Payload;
+using transport::SendRequestPtr;
+
+namespace {
+
+params::IntParam kSegment("SEGMENT_BYTES", 4 << 20, "Segment size of the pipelined dense broadcast.", 64 << 10, 1 << 30);
+
+constexpr uint32_t kOpMagic = 0x504f5053;  // "SPOP"
+constexpr uint8_t kDense = 1, kSparse = 2;
+constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u;
+constexpr size_t kAckWindow = 4;
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct OpHeader {
+  uint8_t kind = 0;
+  int32_t root = 0;
+  std::vector<std::pair<uint64_t, uint8_t>> bufs;  // count, dtype
+  std::vector<int32_t> resync;
+  uint64_t segment = 0;
+  std::vector<uint8_t> encode() const {
+    std::vector<uint8_t> o;
+    format::put_u32(o, kOpMagic);
+    format::put_u8(o, kind);
+    format::put_u8(o, 0);
+    format::put_u16(o, 0);
+    format::put_u32(o, uint32_t(root));
+    format::put_u32(o, uint32_t(bufs.size()));
+    for (auto& [n, d] : bufs) {
+      format::put_u64(o, n);
+      format::put_u8(o, d);
+    }
+    format::put_u32(o, uint32_t(resync.size()));
+    for (int32_t r : resync) format::put_u32(o, uint32_t(r));
+    format::put_u64(o, segment);
+    return o;
+  }
+  static Result<OpHeader> decode(const std::vector<uint8_t>& m) {
+    format::ByteReader r(m, "operation header");
+    OpHeader h;
+    uint32_t magic, root, nb, nr;
+    uint8_t res8;
+    uint16_t res16;
+    SPARROW_RETURN_IF_ERROR(r.u32(&magic));
+    if (magic != kOpMagic) return CorruptData("bad operation header");
+    SPARROW_RETURN_IF_ERROR(r.u8(&h.kind));
+    SPARROW_RETURN_IF_ERROR(r.u8(&res8));
+    SPARROW_RETURN_IF_ERROR(r.u16(&res16));
+    SPARROW_RETURN_IF_ERROR(r.u32(&root));
+    h.root = int32_t(root);
+    SPARROW_RETURN_IF_ERROR(r.u32(&nb));
+    if (nb > (1u << 24)) return CorruptData("operation header: too many buffers");
+    for (uint32_t i = 0; i < nb; ++i) {
+      uint64_t n;
+      uint8_t d;
+      SPARROW_RETURN_IF_ERROR(r.u64(&n));
+      SPARROW_RETURN_IF_ERROR(r.u8(&d));
+      h.bufs.push_back({n, d});
+    }
+    SPARROW_RETURN_IF_ERROR(r.u32(&nr));
+    if (nr > (1u << 24)) return CorruptData("operation header: too many resync ranks");
+    for (uint32_t i = 0; i < nr; ++i) {
+      uint32_t x;
+      SPARROW_RETURN_IF_ERROR(r.u32(&x));
+      h.resync.push_back(int32_t(x));
+    }
+    SPARROW_RETURN_IF_ERROR(r.u64(&h.segment));
+    return h;
+  }
+};
+
+Result<topology::Tree> tree_for(Comm& c, int root, double bytes) {
+  topology::TreeInput in;
+  in.nranks = c.nranks();
+  in.root = root;
+  for (auto& r : c.ranks()) in.places.push_back({r.host, r.region});
+  // The probe measured from rank 0; it stands in for other roots too (same links at this scale).
+  in.rtt_s = c.probe().rtt_s;
+  in.bw_Bps = c.probe().bw_Bps;
+  in.message_bytes = bytes;
+  return topology::build_tree("", in);
+}
+
+std::shared_ptr<std::vector<uint8_t>> share(std::vector<uint8_t>&& v) {
+  return std::make_shared<std::vector<uint8_t>>(std::move(v));
+}
+
+// Sends one message to every child; the payload is kept alive by the requests.
+Status send_all(Comm& c, const std::vector<int>& kids, const MsgKey& k, const std::shared_ptr<std::vector<uint8_t>>& m,
+                std::vector<SendRequestPtr>* reqs = nullptr) {
+  for (int kid : kids) {
+    auto r = c.net().send(kid, k, Payload{m->data(), m->size(), m}, c.deadline());
+    if (!r.ok()) return r.status();
+    if (reqs) reqs->push_back(r.value());
+  }
+  return Status::Ok();
+}
+
+std::vector<uint8_t> ack_bytes(const Status& s, bool resync) {
+  std::vector<uint8_t> o;
+  format::put_u32(o, uint32_t(s.code()));
+  format::put_u8(o, resync ? 1 : 0);
+  std::string m = s.message().substr(0, 1000);
+  format::put_u16(o, uint16_t(m.size()));
+  o.insert(o.end(), m.begin(), m.end());
+  return o;
+}
+
+// The root's verdict on an operation whose arguments had to be agreed (the first, full one on a
+// buffer set, and dense broadcasts): sent to every rank, so a mismatch fails everywhere.
+Status send_verdict(Comm& c, uint64_t seq, const Status& v) {
+  auto m = share(ack_bytes(v, false));
+  for (int r = 0; r < c.nranks(); ++r)
+    if (r != c.rank()) SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kVerdictSub}, m));
+  return Status::Ok();
+}
+
+Status recv_verdict(Comm& c, uint64_t seq, int root, transport::Deadline d) {
+  SPARROW_ASSIGN_OR_RETURN(auto v, c.net().recv(root, MsgKey{c.comm_id(), seq, kVerdictSub}, d));
+  format::ByteReader r(v, "verdict");
+  uint32_t code;
+  uint8_t flag;
+  uint16_t n;
+  const uint8_t* p;
+  if (!r.u32(&code).ok() || !r.u8(&flag).ok() || !r.u16(&n).ok() || !r.bytes(n, &p).ok()) return CorruptData("bad verdict from the root");
+  if (code == 0) return Status::Ok();
+  return Status(Code(code), std::string(reinterpret_cast<const char*>(p), n));
+}
+
+// Handles one acknowledgement at the root. Returns the rank's failure (as seen by the root).
+Status take_ack(Comm& c, const std::vector<uint8_t>& a, int rank, uint64_t seq, const CollState::Key& key) {
+  format::ByteReader r(a, "acknowledgement");
+  uint32_t code;
+  uint8_t resync;
+  uint16_t n;
+  const uint8_t* p;
+  if (!r.u32(&code).ok() || !r.u8(&resync).ok() || !r.u16(&n).ok() || !r.bytes(n, &p).ok())
+    return CorruptData("bad acknowledgement from rank " + std::to_string(rank));
+  if (resync) {
+    auto it = c.coll().roots.find(key);
+    if (it != c.coll().roots.end()) it->second.need_resync.insert(rank);
+  }
+  if (code == 0 || Code(code) == Code::kVersionMismatch) return Status::Ok();  // resynced next time
+  return Status(Code(code), "rank " + std::to_string(rank) + " failed operation " + std::to_string(seq) + ": " +
+                                std::string(reinterpret_cast<const char*>(p), n));
+}
+
+// Collects acknowledgements of earlier operations rooted here: without waiting, or waiting for the
+// oldest ones while more than `window` are outstanding.
+Status drain_acks(Comm& c, size_t window) {
+  auto& acks = c.coll().acks;
+  Status first;
+  while (!acks.empty()) {
+    bool block = acks.size() > window;
+    auto& pa = acks.front();
+    for (auto it = pa.ranks.begin(); it != pa.ranks.end();) {
+      // Not waiting: a lower rank that has not connected to us yet has not acknowledged either.
+      if (!block && *it < c.rank() && !c.net().has_channel(*it)) {
+        ++it;
+        continue;
+      }
+      auto d = block ? c.deadline() : transport::Clock::now();
+      auto a = c.net().recv(*it, MsgKey{c.comm_id(), pa.seq, kAckSub}, d);
+      if (!a.ok()) {
+        if (a.status().code() == Code::kTimeout && !block) {
+          ++it;
+          continue;
+        }
+        if (first.ok()) first = a.status();
+        it = pa.ranks.erase(it);
+        continue;
+      }
+      Status s = take_ack(c, a.value(), *it, pa.seq, pa.key);
+      if (!s.ok() && first.ok()) first = s;
+      it = pa.ranks.erase(it);
+    }
+    if (!pa.ranks.empty()) break;
+    acks.pop_front();
+  }
+  return first;
+}
+
+std::string arg_desc(const std::vector<BufferArg>& bufs, int root) {
+  std::string s = "root " + std::to_string(root) + ", buffers:";
+  for (auto& b : bufs) s += " " + std::to_string(b.count) + " x " + format::dtype_name(uint8_t(b.dtype));
+  return s;
+}
+
+Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg>& bufs, int root, int me) {
+  bool ok = h.kind == kind && h.root == root && h.bufs.size() == bufs.size();
+  for (size_t i = 0; ok && i < bufs.size(); ++i) ok = h.bufs[i].first == bufs[i].count && h.bufs[i].second == bufs[i].dtype;
+  if (ok) return Status::Ok();
+  std::vector<BufferArg> theirs;
+  for (auto& [n, d] : h.bufs) theirs.push_back({nullptr, nullptr, n, d});
+  return Error(Code::kInvalidUsage, std::string(kind == kSparse ? "sparse_bcast" : "broadcast") +
+                                        " arguments differ between ranks: the root called it with " +
+                                        arg_desc(theirs, h.root) + "; rank " + std::to_string(me) + " with " +
+                                        arg_desc(bufs, root));
+}
+
+}  // namespace
+
+// ---- dense -------------------------------------------------------------------------------------------
+
+Status broadcast(Comm& c, const BufferArg& b, int root) {
+  const int me = c.rank();
+  const uint32_t es = format::dtype_size(uint8_t(b.dtype));
+  const size_t bytes = b.count * es;
+  const uint64_t seq = c.next_seq();
+  const auto d = c.deadline();
+  double t0 = now_s();
+  SPARROW_ASSIGN_OR_RETURN(topology::Tree t, tree_for(c, root, double(bytes)));
+  const auto& kids = t.children[me];
+  const size_t seg = size_t(kSegment.get());
+  const size_t nseg = bytes == 0 ? 0 : (bytes + seg - 1) / seg;
+  std::vector<SendRequestPtr> reqs;
+  Status result;
+  if (me == root) {
+    SPARROW_RETURN_IF_ERROR(drain_acks(c, kAckWindow));
+    OpHeader h;
+    h.kind = kDense;
+    h.root = root;
+    h.bufs = {{b.count, uint8_t(b.dtype)}};
+    h.segment = seg;
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
+    const uint8_t* src = static_cast<const uint8_t*>(b.send);
+    for (size_t i = 0; i < nseg; ++i) {
+      size_t off = i * seg, n = std::min(seg, bytes - off);
+      for (int kid : kids) {
+        auto r = c.net().send(kid, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, Payload{src + off, n, nullptr}, d);
+        if (!r.ok()) return r.status();
+        reqs.push_back(r.value());
+      }
+    }
+    if (b.recv && b.recv != b.send && bytes) memcpy(b.recv, b.send, bytes);
+    for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
+    // Agreement: every rank reports; a mismatched call fails everywhere.
+    for (int r = 0; r < c.nranks(); ++r) {
+      if (r == me) continue;
+      SPARROW_ASSIGN_OR_RETURN(auto a, c.net().recv(r, MsgKey{c.comm_id(), seq, kAckSub}, d));
+      Status s = take_ack(c, a, r, seq, {});
+      if (!s.ok() && result.ok()) result = s;
+    }
+    SPARROW_RETURN_IF_ERROR(send_verdict(c, seq, result));
+  } else {
+    const int parent = t.parent[me];
+    SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), seq, 0}, d));
+    auto hshared = share(std::move(hm));
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared, &reqs));
+    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
+    result = check_header(h, kDense, {b}, root, me);
+    const size_t rbytes = h.bufs.empty() ? 0 : h.bufs[0].first * format::dtype_size(h.bufs[0].second);
+    const size_t rseg = h.segment ? h.segment : seg;
+    const size_t rn = rbytes == 0 ? 0 : (rbytes + rseg - 1) / rseg;
+    // On a mismatch the data still flows to the children (their calls may be right), through scratch.
+    std::vector<uint8_t> scratch;
+    uint8_t* dst = static_cast<uint8_t*>(b.recv);
+    if (!result.ok()) {
+      scratch.resize(rbytes);
+      dst = scratch.data();
+    }
+    for (size_t i = 0; i < rn; ++i) {
+      size_t off = i * rseg, n = std::min(rseg, rbytes - off);
+      Status s = c.net().recv_into(parent, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, dst + off, n, d);
+      if (!s.ok()) return s;
+      for (int kid : kids) {
+        auto r = c.net().send(kid, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, Payload{dst + off, n, nullptr}, d);
+        if (!r.ok()) return r.status();
+        reqs.push_back(r.value());
+      }
+    }
+    for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
+    auto ack = share(ack_bytes(result, false));
+    SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
+    Status v = recv_verdict(c, seq, root, d);
+    if (result.ok()) result = v;
+  }
+  auto& st = c.coll().stats;
+  st.ops++;
+  st.dense_bytes = st.wire_bytes = bytes;
+  st.changed = b.count;
+  st.density = 1.0;
+  st.encode_s = st.apply_s = 0;
+  st.total_s = now_s() - t0;
+  st.full = true;
+  return result;
+}
+
+// ---- sparse ------------------------------------------------------------------------------------------
+
+Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  const int me = c.rank();
+  const uint64_t seq = c.next_seq();
+  const auto d = c.deadline();
+  double t0 = now_s();
+  std::vector<TensorSpec> layout;
+  CollState::Key key;
+  double dense = 0;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
+    key.push_back(me == root ? bufs[i].send : bufs[i].recv);
+    dense += double(layout.back().bytes());
+  }
+  SPARROW_ASSIGN_OR_RETURN(topology::Tree t, tree_for(c, root, dense / 100));
+  const auto& kids = t.children[me];
+  auto& st = c.coll().stats;
+
+  if (me == root) {
+    Status earlier = drain_acks(c, kAckWindow);
+    auto& rs = c.coll().roots[key];
+    if (rs.layout.size() != layout.size() ||
+        !std::equal(layout.begin(), layout.end(), rs.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
+          return a.count == b.count && a.dtype == b.dtype;
+        })) {
+      rs.layout = layout;
+      rs.enc = std::make_unique<kernels::cpu::DeltaEncoder>(layout);
+      rs.need_resync.clear();
+    }
+    const bool full = !rs.enc->has_state();
+    OpHeader h;
+    h.kind = kSparse;
+    h.root = root;
+    for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
+    std::set<int> resync = full ? std::set<int>{} : rs.need_resync;
+    for (int r : resync) h.resync.push_back(r);
+    rs.need_resync.clear();
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
+    std::vector<const void*> src;
+    for (auto& b : bufs) src.push_back(b.send);
+    // Stream: header first, then every chunk as soon as a worker finished it.
+    std::atomic<uint32_t> next_sub{2};
+    std::mutex err_mu;
+    Status send_err;
+    auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
+      Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, share(std::move(frame)));
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lk(err_mu);
+        if (send_err.ok()) send_err = s;
+      }
+    };
+    kernels::cpu::EncodeStats es;
+    double te = now_s();
+    auto footer = rs.enc->encode_stream(
+        src, {}, &es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
+        [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
+    if (!footer.ok()) return footer.status();
+    emit(next_sub++, std::move(footer.value()));
+    st.encode_s = now_s() - te;
+    SPARROW_RETURN_IF_ERROR(send_err);
+    for (int r : resync) {
+      SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
+      SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kResyncSub}, share(std::move(snap))));
+      st.resyncs++;
+    }
+    // The root's own receive buffer gets the data too (not in place).
+    for (auto& b : bufs)
+      if (b.recv && b.recv != b.send && b.count) memcpy(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype)));
+    CollState::PendingAck pa{seq, key, {}};
+    for (int r = 0; r < c.nranks(); ++r)
+      if (r != me) pa.ranks.push_back(r);
+    c.coll().acks.push_back(std::move(pa));
+    st.ops++;
+    st.dense_bytes = es.dense_bytes;
+    st.wire_bytes = es.wire_bytes;
+    st.changed = es.changes;
+    st.density = es.density();
+    st.full = full;
+    st.apply_s = 0;
+    Status result = earlier;
+    if (full) {
+      // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
+      Status agree = drain_acks(c, 0);
+      if (!agree.ok()) rs.enc->reset();  // the next call is a full snapshot again
+      SPARROW_RETURN_IF_ERROR(send_verdict(c, seq, agree));
+      if (result.ok()) result = agree;
+    }
+    st.total_s = now_s() - t0;
+    return result;
+  }
+
+  // Receiver (and relay).
+  const int parent = t.parent[me];
+  std::vector<SendRequestPtr> reqs;
+  SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), seq, 0}, d));
+  auto hshared = share(std::move(hm));
+  SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared));
+  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
+  Status result = check_header(h, kSparse, bufs, root, me);
+  const bool resync_me = std::find(h.resync.begin(), h.resync.end(), me) != h.resync.end();
+  // Relay: verify each chunk, forward it at once, stage it.
+  std::vector<uint8_t> ck;
+  std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::shared_ptr<std::vector<uint8_t>>>> chunks;
+  std::shared_ptr<std::vector<uint8_t>> footer_msg;
+  format::Header ckh;
+  Status corrupt;
+  for (uint32_t sub = 1;; ++sub) {
+    SPARROW_ASSIGN_OR_RETURN(auto m, c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d));
+    auto ms = share(std::move(m));
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms));
+    const auto& v = *ms;
+    size_t used = 0;
+    bool footer = v.size() >= 4 && format::load_u32(v.data()) == format::kFooterMagic;
+    if (sub == 1) {
+      auto hh = format::parse_header(v, &used);
+      if (!hh.ok() && corrupt.ok()) corrupt = hh.status();
+      if (hh.ok()) ckh = hh.value();
+      ck.insert(ck.end(), v.begin(), v.end());
+    } else if (footer) {
+      footer_msg = ms;
+    } else {
+      auto cc = format::parse_chunk(v, ckh, &used);
+      if (!cc.ok() && corrupt.ok())
+        corrupt = std::move(cc).take_status().context("chunk " + std::to_string(sub - 2) + " from rank " + std::to_string(parent));
+      chunks.push_back({{cc.ok() ? cc->h.tensor : 0u, cc.ok() ? cc->h.elem_begin : 0u}, ms});
+    }
+    if (footer || sub > (1u << 30)) break;
+  }
+  // Chunks arrive in the order the root's workers finished them; the checkpoint lists them in
+  // (tensor, element) order.
+  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [k, m] : chunks) ck.insert(ck.end(), m->begin(), m->end());
+  if (footer_msg) ck.insert(ck.end(), footer_msg->begin(), footer_msg->end());
+  double ta = now_s();
+  bool need_resync = false;
+  if (result.ok()) {
+    auto& rv = c.coll().recvs[key];
+    if (rv.layout.size() != layout.size() ||
+        !std::equal(layout.begin(), layout.end(), rv.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
+          return a.count == b.count && a.dtype == b.dtype;
+        })) {
+      rv.layout = layout;
+      rv.st = {};
+    }
+    std::vector<void*> dst;
+    for (auto& b : bufs) dst.push_back(b.recv);
+    if (resync_me) {
+      SPARROW_ASSIGN_OR_RETURN(auto snap, c.net().recv(root, MsgKey{c.comm_id(), seq, kResyncSub}, d));
+      result = kernels::cpu::apply_checkpoint(snap, dst, layout, rv.st);
+      if (result.ok()) st.resyncs++;
+    } else if (!corrupt.ok()) {
+      result = corrupt;
+    } else {
+      kernels::cpu::ApplyStats as;
+      result = kernels::cpu::apply_checkpoint(ck, dst, layout, rv.st, {}, &as);
+      if (result.code() == Code::kVersionMismatch) {
+        need_resync = true;
+        result = std::move(result).context("rank " + std::to_string(me) + " will be resynchronised with a full "
+                                           "snapshot at the next operation on these buffers");
+      }
+      st.changed = as.changes;
+    }
+  }
+  st.apply_s = now_s() - ta;
+  auto ack = share(ack_bytes(result, need_resync));
+  SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
+  if (ckh.full()) {
+    Status v = recv_verdict(c, seq, root, d);
+    if (result.ok()) result = v;
+  }
+  st.ops++;
+  st.dense_bytes = size_t(dense);
+  st.wire_bytes = ck.size();
+  uint64_t elems = 0;
+  for (auto& l : layout) elems += l.count;
+  st.density = elems ? double(st.changed) / double(elems) : 0;
+  st.encode_s = 0;
+  st.full = ckh.full();
+  st.total_s = now_s() - t0;
+  return result;
+}
+
+Status sparse_reset(Comm& c, const void* buff) {
+  auto& cs = c.coll();
+  for (auto it = cs.roots.begin(); it != cs.roots.end();) it = std::find(it->first.begin(), it->first.end(), buff) != it->first.end() ? cs.roots.erase(it) : std::next(it);
+  for (auto it = cs.recvs.begin(); it != cs.recvs.end();) it = std::find(it->first.begin(), it->first.end(), buff) != it->first.end() ? cs.recvs.erase(it) : std::next(it);
+  return Status::Ok();
+}
+
+}  // namespace sparrow::coll

@@ -1,0 +1,264 @@
+// Dense and sparse broadcasts end to end: ranks as threads over real transports.
+#include "collectives/bcast.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "api/api_internal.h"
+#include "core/params.h"
+#include "format/checkpoint.h"
+#include "gen/generator.h"
+#include "harness/comm_harness.h"
+#include "harness/util.h"
+
+namespace sparrow {
+namespace {
+
+using test::Comms;
+
+class BcastTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    params::clear_overrides();
+    ASSERT_TRUE(params::set_override("PROBE_MS", "40").ok());
+    ASSERT_TRUE(params::set_override("TRANSPORT", GetParam()).ok());
+    ASSERT_TRUE(params::set_override("TIMEOUT_S", "60").ok());
+  }
+  void TearDown() override { params::clear_overrides(); }
+};
+
+TEST_P(BcastTest, DenseEveryDatatypeOddCountsAndRoots) {
+  Comms cs(4);
+  for (int dt = 0; dt <= 9; ++dt) {
+    const uint32_t es = format::dtype_size(uint8_t(dt));
+    for (size_t count : {size_t(0), size_t(1), size_t(1000003)}) {
+      int root = (dt + int(count)) % 4;
+      auto src = test::random_bytes(count * es, dt * 7 + count);
+      std::vector<std::vector<uint8_t>> dst(4, std::vector<uint8_t>(count * es, 0));
+      auto rc = cs.run([&](int r) {
+        return sparrowBroadcast(r == root ? src.data() : nullptr, dst[r].data(), count, sparrowDataType_t(dt), root,
+                                cs.c[r], nullptr);
+      });
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_EQ(rc[r], sparrowSuccess) << "dt " << dt << " count " << count << " rank " << r << ": "
+                                         << sparrowGetLastError(cs.c[r]);
+        EXPECT_EQ(dst[r], src) << "dt " << dt << " count " << count << " rank " << r;
+      }
+    }
+  }
+  // In place.
+  std::vector<std::vector<float>> buf(4, std::vector<float>(777, 0.f));
+  for (size_t i = 0; i < 777; ++i) buf[2][i] = float(i) * 0.5f;
+  auto rc = cs.run([&](int r) { return sparrowBcast(buf[r].data(), 777, sparrowFloat32, 2, cs.c[r], nullptr); });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(rc[r], sparrowSuccess);
+    EXPECT_EQ(buf[r], buf[2]);
+  }
+}
+
+TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
+  gen::GenOptions go;
+  go.model = "qwen3-0.6b";
+  go.layers = 1;
+  go.vocab = 2048;
+  auto gr = gen::UpdateGenerator::create(go);
+  ASSERT_TRUE(gr.ok());
+  auto& g = *gr.value();
+  const int n = 5, root = 3;
+  Comms cs(n);
+  const auto& ts = g.tensors();
+  std::vector<std::vector<std::vector<uint8_t>>> recv(n);
+  for (int r = 0; r < n; ++r)
+    for (auto& t : ts) recv[r].emplace_back(t.bytes(), 0);
+  for (int step = 0; step < 6; ++step) {
+    if (step > 0) g.step();
+    auto src = g.buffers();
+    auto rc = cs.run([&](int r) {
+      sparrowGroupStart();
+      for (size_t i = 0; i < ts.size(); ++i)
+        sparrowSparseBcast(src[i], r == root ? nullptr : recv[r][i].data(), ts[i].count, sparrowBfloat16, root, cs.c[r],
+                           nullptr);
+      return sparrowGroupEnd();
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(rc[r], sparrowSuccess) << "step " << step << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      if (r == root) continue;
+      for (size_t i = 0; i < ts.size(); ++i)
+        ASSERT_EQ(memcmp(recv[r][i].data(), src[i], ts[i].bytes()), 0) << "step " << step << " rank " << r << " tensor " << i;
+    }
+    sparrowStats st;
+    ASSERT_EQ(sparrowCommGetStats(cs.c[root], &st), sparrowSuccess);
+    EXPECT_EQ(st.ops, uint64_t(step + 1)) << "a group is one operation";
+    EXPECT_EQ(st.full, step == 0 ? 1 : 0);
+    if (step > 0) {
+      EXPECT_GT(st.density, 0.001);
+      EXPECT_LT(st.wireBytes * 50, st.denseBytes) << "step " << step;
+    }
+  }
+}
+
+TEST_P(BcastTest, SparseEveryDatatypeSpecialValuesAndCountZero) {
+  Comms cs(3);
+  for (int dt = 0; dt <= 9; ++dt) {
+    const uint32_t es = format::dtype_size(uint8_t(dt));
+    const size_t count = 4099;
+    auto src = test::random_bytes(count * es, dt + 1);
+    std::vector<std::vector<uint8_t>> dst(3, std::vector<uint8_t>(count * es, 0));
+    for (int step = 0; step < 3; ++step) {
+      if (step > 0) gen::mutate_exact(src.data(), count, es, 0.02, dt * 10 + step);
+      if (step == 2 && es >= 4) {  // -0 and NaN payloads: bits, not values
+        uint32_t negzero = 0x80000000u, nan = 0x7fc12345u;
+        memcpy(src.data(), &negzero, 4);
+        memcpy(src.data() + es, &nan, 4);
+      }
+      auto rc = cs.run([&](int r) {
+        return sparrowSparseBcast(src.data(), r == 1 ? nullptr : dst[r].data(), count, sparrowDataType_t(dt), 1,
+                                  cs.c[r], nullptr);
+      });
+      for (int r = 0; r < 3; ++r) {
+        ASSERT_EQ(rc[r], sparrowSuccess) << "dt " << dt << " step " << step << ": " << sparrowGetLastError(cs.c[r]);
+        if (r != 1) EXPECT_EQ(dst[r], src) << "dt " << dt << " step " << step << " rank " << r;
+      }
+    }
+  }
+  uint8_t dummy = 0;
+  auto rc = cs.run([&](int r) { return sparrowSparseBcast(&dummy, &dummy, 0, sparrowFloat32, 0, cs.c[r], nullptr); });
+  for (auto x : rc) EXPECT_EQ(x, sparrowSuccess);
+}
+
+TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsResynced) {
+  Comms cs(3);
+  const size_t count = 50000;
+  std::vector<uint16_t> src(count);
+  uint64_t s = 1;
+  for (auto& v : src) v = uint16_t(test::rng_next(s));
+  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
+  auto step = [&](double density, uint64_t seed) {
+    if (density > 0) gen::mutate_exact(src.data(), count, 2, density, seed);
+    return cs.run([&](int r) {
+      return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16, 0, cs.c[r], nullptr);
+    });
+  };
+  auto rc = step(0, 0);
+  for (auto x : rc) ASSERT_EQ(x, sparrowSuccess);
+  // Rank 2 writes into its copy, then the next step changes that very element.
+  dst[2][10] ^= 0x1;
+  src[10] ^= 0x100;
+  auto before = dst[2];
+  rc = step(0.01, 5);
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  EXPECT_EQ(rc[1], sparrowSuccess);
+  EXPECT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(cs.c[2]);
+  EXPECT_EQ(dst[2], before) << "a rejected step leaves the buffer as it was";
+  EXPECT_EQ(dst[1], src);
+  // The next step resyncs rank 2 with a full snapshot; nobody sees an error.
+  rc = step(0.01, 6);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << r << ": " << sparrowGetLastError(cs.c[r]);
+  EXPECT_EQ(dst[1], src);
+  EXPECT_EQ(dst[2], src);
+  sparrowStats st;
+  sparrowCommGetStats(cs.c[2], &st);
+  EXPECT_EQ(st.resyncs, 1u);
+  rc = step(0.01, 7);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess);
+  EXPECT_EQ(dst[2], src);
+}
+
+TEST_P(BcastTest, MismatchedArgumentsFailEveryRank) {
+  Comms cs(3);
+  std::vector<std::vector<float>> buf(3, std::vector<float>(100, 1.f));
+  auto rc = cs.run([&](int r) {
+    size_t count = r == 2 ? 99 : 100;
+    return sparrowSparseBcast(buf[r].data(), buf[r].data(), count, sparrowFloat32, 0, cs.c[r], nullptr);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(rc[r], sparrowInvalidUsage) << "rank " << r;
+    EXPECT_NE(std::string(sparrowGetLastError(cs.c[r])).find("differ"), std::string::npos) << sparrowGetLastError(cs.c[r]);
+  }
+  rc = cs.run([&](int r) {
+    return sparrowBroadcast(buf[r].data(), buf[r].data(), 100, r == 1 ? sparrowInt32 : sparrowFloat32, 0, cs.c[r], nullptr);
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(rc[r], sparrowInvalidUsage) << "rank " << r;
+  // And the communicator still works afterwards.
+  rc = cs.run([&](int r) { return sparrowSparseBcast(buf[r].data(), buf[r].data(), 100, sparrowFloat32, 0, cs.c[r], nullptr); });
+  for (auto x : rc) EXPECT_EQ(x, sparrowSuccess);
+}
+
+TEST_P(BcastTest, ResetMakesTheNextCallDense) {
+  Comms cs(2);
+  std::vector<uint32_t> a(1000, 7);
+  std::vector<std::vector<uint32_t>> b(2, std::vector<uint32_t>(1000, 0));
+  auto go = [&] {
+    return cs.run([&](int r) { return sparrowSparseBcast(a.data(), b[r].data(), 1000, sparrowUint32, 0, cs.c[r], nullptr); });
+  };
+  for (auto x : go()) ASSERT_EQ(x, sparrowSuccess);
+  a[5] = 9;
+  for (auto x : go()) ASSERT_EQ(x, sparrowSuccess);
+  sparrowStats st;
+  sparrowCommGetStats(cs.c[0], &st);
+  EXPECT_EQ(st.full, 0);
+  ASSERT_EQ(sparrowSparseBcastReset(cs.c[0], a.data()), sparrowSuccess);
+  a[6] = 9;
+  for (auto x : go()) ASSERT_EQ(x, sparrowSuccess);
+  sparrowCommGetStats(cs.c[0], &st);
+  EXPECT_EQ(st.full, 1);
+  EXPECT_EQ(a, b[0]);
+  EXPECT_EQ(a, b[1]);
+}
+
+TEST_P(BcastTest, BadArguments) {
+  Comms cs(1);
+  float x = 0;
+  EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowDataType_t(42), 0, cs.c[0], nullptr), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 1, cs.c[0], nullptr), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSparseBcast(nullptr, nullptr, 1, sparrowFloat32, 0, cs.c[0], nullptr), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowBroadcast(&x, &x, 1, sparrowFloat32, 0, nullptr, nullptr), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 0, cs.c[0], reinterpret_cast<sparrowStream_t>(&x)),
+            sparrowInvalidArgument);
+  EXPECT_EQ(sparrowGroupEnd(), sparrowInvalidUsage);
+  EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 0, cs.c[0], nullptr), sparrowSuccess);  // one rank: trivially
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, BcastTest, ::testing::Values("tcp", "ucx"),
+                         [](const auto& info) { return info.param; });
+
+class AlgoTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(params::set_override("PROBE_MS", "30").ok());
+    ASSERT_TRUE(params::set_override("ALGO", GetParam()).ok());
+  }
+  void TearDown() override { params::clear_overrides(); }
+};
+
+TEST_P(AlgoTest, EveryAlgorithmDeliversToEightRanks) {
+  Comms cs(8);
+  const size_t count = 300001;
+  std::vector<uint16_t> src(count, 3);
+  std::vector<std::vector<uint16_t>> dst(8, std::vector<uint16_t>(count, 0));
+  for (int step = 0; step < 3; ++step) {
+    gen::mutate_exact(src.data(), count, 2, 0.01, step + 1);
+    auto rc = cs.run([&](int r) {
+      return sparrowSparseBcast(src.data(), dst[r].data(), count, sparrowBfloat16, 6, cs.c[r], nullptr);
+    });
+    for (int r = 0; r < 8; ++r) {
+      ASSERT_EQ(rc[r], sparrowSuccess) << GetParam() << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      EXPECT_EQ(dst[r], src) << GetParam() << " rank " << r;
+    }
+  }
+  std::vector<uint16_t> big(5 << 20, 1);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = uint16_t(i * 7);
+  std::vector<std::vector<uint16_t>> bd(8, std::vector<uint16_t>(big.size(), 0));
+  auto rc = cs.run([&](int r) { return sparrowBroadcast(big.data(), bd[r].data(), big.size(), sparrowFloat16, 2, cs.c[r], nullptr); });
+  for (int r = 0; r < 8; ++r) {
+    ASSERT_EQ(rc[r], sparrowSuccess);
+    EXPECT_EQ(bd[r], big);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AlgoTest, ::testing::Values("flat", "chain", "binomial", "region_tree", "auto"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace sparrow

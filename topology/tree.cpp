@@ -1,0 +1,213 @@
+#include "topology/tree.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include "core/params.h"
+
+namespace sparrow::topology {
+namespace {
+
+params::StringParam kAlgo("ALGO", "auto", "Broadcast tree: flat, chain, binomial, region_tree or auto (cost model).",
+                          {"auto", "flat", "chain", "binomial", "region_tree"});
+
+constexpr double kLanRtt = 200e-6;       // assumed RTT between ranks of one region when not probed
+constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a link was not probed
+constexpr double kChunkBytes = 1 << 20;  // pipelining granularity of the cost model
+
+Tree empty_tree(const std::string& algo, const TreeInput& in) {
+  Tree t;
+  t.algo = algo;
+  t.root = in.root;
+  t.parent.assign(in.nranks, -1);
+  t.children.assign(in.nranks, {});
+  return t;
+}
+
+void link(Tree& t, int parent, int child) {
+  t.parent[child] = parent;
+  t.children[parent].push_back(child);
+}
+
+// Ranks other than the root, rotated so that the order starts after the root.
+std::vector<int> others(const TreeInput& in) {
+  std::vector<int> v;
+  for (int i = 1; i < in.nranks; ++i) v.push_back((in.root + i) % in.nranks);
+  return v;
+}
+
+double bw_of(const TreeInput& in, int r) { return r < int(in.bw_Bps.size()) && in.bw_Bps[r] > 0 ? in.bw_Bps[r] : kDefaultBw; }
+double rtt_of(const TreeInput& in, int r) { return r < int(in.rtt_s.size()) && in.rtt_s[r] > 0 ? in.rtt_s[r] : kLanRtt; }
+
+}  // namespace
+
+std::string configured_algo() { return kAlgo.get(); }
+
+const std::vector<std::string>& algorithms() {
+  static const std::vector<std::string> a = {"flat", "chain", "binomial", "region_tree"};
+  return a;
+}
+
+std::vector<std::string> effective_regions(const TreeInput& in) {
+  std::vector<std::string> reg(in.nranks);
+  std::vector<int> unlabeled;
+  for (int r = 0; r < in.nranks; ++r) {
+    if (r < int(in.places.size()) && !in.places[r].region.empty()) reg[r] = in.places[r].region;
+    else unlabeled.push_back(r);
+  }
+  // Cluster unlabeled ranks by RTT to the root; the root's own cluster starts at RTT 0.
+  std::sort(unlabeled.begin(), unlabeled.end(), [&](int a, int b) {
+    double ra = a == in.root ? 0 : rtt_of(in, a), rb = b == in.root ? 0 : rtt_of(in, b);
+    return ra != rb ? ra < rb : a < b;
+  });
+  int cluster = 0;
+  double base = -1;
+  for (int r : unlabeled) {
+    double rt = r == in.root ? 0 : rtt_of(in, r);
+    if (base >= 0 && rt > 2 * base + 1e-3) ++cluster;
+    if (base < 0 || rt > 2 * base + 1e-3) base = rt;
+    reg[r] = "rtt" + std::to_string(cluster);
+  }
+  return reg;
+}
+
+double estimate_seconds(const Tree& t, const TreeInput& in) {
+  // Pipelined broadcast: the slowest uplink (shared by its children) bounds the rate; the deepest
+  // path adds one chunk time and one latency per hop.
+  const double M = std::max(in.message_bytes, 1.0);
+  double worst_rate_time = 0;
+  for (int r = 0; r < in.nranks; ++r) {
+    if (t.children[r].empty()) continue;
+    double up = r == in.root ? kDefaultBw : bw_of(in, r);
+    // The root's uplink: the narrowest probed link from the root stands for it.
+    if (r == in.root)
+      for (int c : t.children[r]) up = std::min(up, bw_of(in, c) * double(t.children[r].size()));
+    worst_rate_time = std::max(worst_rate_time, M * double(t.children[r].size()) / up);
+  }
+  double worst_path = 0;
+  for (int r = 0; r < in.nranks; ++r) {
+    double path = 0;
+    for (int x = r; t.parent[x] >= 0; x = t.parent[x]) {
+      int p = t.parent[x];
+      bool same_region = t.region.empty() || t.region[p] == t.region[x];
+      double lat = same_region && p != in.root ? kLanRtt / 2 : rtt_of(in, x) / 2;
+      path += lat + std::min(M, kChunkBytes) / bw_of(in, x);
+    }
+    worst_path = std::max(worst_path, path);
+  }
+  return worst_rate_time + worst_path;
+}
+
+Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
+  if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) return InvalidArgument("tree: root out of range");
+  std::string algo = algo_in.empty() ? configured_algo() : algo_in;
+  auto regions = effective_regions(in);
+  if (algo == "auto") {
+    Tree best;
+    double best_cost = 1e300;
+    for (const auto& a : algorithms()) {
+      auto t = build_tree(a, in);
+      if (!t.ok()) continue;
+      if (t->est_seconds < best_cost) {
+        best_cost = t->est_seconds;
+        best = t.value();
+      }
+    }
+    best.algo = "auto:" + best.algo;
+    return best;
+  }
+  Tree t = empty_tree(algo, in);
+  t.region = regions;
+  auto rest = others(in);
+  if (algo == "flat") {
+    for (int r : rest) link(t, in.root, r);
+  } else if (algo == "chain") {
+    int prev = in.root;
+    for (int r : rest) {
+      link(t, prev, r);
+      prev = r;
+    }
+  } else if (algo == "binomial") {
+    // Relative rank v receives from v - 2^k where 2^k is v's highest set bit; children in
+    // decreasing subtree size.
+    const int n = in.nranks;
+    for (int v = 1; v < n; ++v) {
+      int hb = 1;
+      while (hb * 2 <= v) hb *= 2;
+      t.parent[(v + in.root) % n] = (v - hb + in.root) % n;
+    }
+    for (int v = 0; v < n; ++v) {
+      int real = (v + in.root) % n;
+      for (int step = 1; v + step < n; step *= 2)
+        if (v < step) t.children[real].push_back((v + step + in.root) % n);
+      std::reverse(t.children[real].begin(), t.children[real].end());
+    }
+  } else if (algo == "region_tree") {
+    // Group by region, then by host inside a region.
+    std::map<std::string, std::vector<int>> by_region;
+    for (int r = 0; r < in.nranks; ++r)
+      if (r != in.root) by_region[regions[r]].push_back(r);
+    auto host_of = [&](int r) { return r < int(in.places.size()) ? in.places[r].host : std::string(); };
+    // Feeds `members` from `head`: one leader per host in a chain, leaders feed their host's ranks.
+    auto feed = [&](int head, std::vector<int> members) {
+      std::map<std::string, std::vector<int>> by_host;
+      std::vector<std::string> order;
+      for (int m : members) {
+        if (!by_host.count(host_of(m))) order.push_back(host_of(m));
+        by_host[host_of(m)].push_back(m);
+      }
+      int prev = head;
+      for (auto& h : order) {
+        auto& v = by_host[h];
+        int leader = v[0];
+        // A host that holds the head itself needs no leader: the head feeds it directly.
+        if (h == host_of(head)) {
+          for (int m : v) link(t, head, m);
+          continue;
+        }
+        link(t, prev, leader);
+        prev = leader;
+        for (size_t i = 1; i < v.size(); ++i) link(t, leader, v[i]);
+      }
+    };
+    for (auto& [reg, members] : by_region) {
+      if (reg == regions[in.root]) {
+        feed(in.root, members);
+        continue;
+      }
+      // The relay: best probed bandwidth from the root, then lowest rank.
+      int relay = *std::min_element(members.begin(), members.end(), [&](int a, int b) {
+        double ba = bw_of(in, a), bb = bw_of(in, b);
+        return ba != bb ? ba > bb : a < b;
+      });
+      link(t, in.root, relay);
+      std::vector<int> rest_members;
+      for (int m : members)
+        if (m != relay) rest_members.push_back(m);
+      feed(relay, rest_members);
+    }
+  } else {
+    return InvalidArgument("unknown broadcast algorithm '" + algo + "' (flat, chain, binomial, region_tree, auto)");
+  }
+  t.est_seconds = estimate_seconds(t, in);
+  return t;
+}
+
+std::string Tree::format() const {
+  std::string out = "tree " + algo + " rooted at rank " + std::to_string(root) + " (estimate " +
+                    std::to_string(est_seconds * 1e3) + " ms)\n";
+  std::vector<std::pair<int, int>> stack = {{root, 0}};
+  while (!stack.empty()) {
+    auto [r, depth] = stack.back();
+    stack.pop_back();
+    out += std::string(2 * depth + 2, ' ') + "rank " + std::to_string(r);
+    if (!region.empty()) out += " [" + region[r] + "]";
+    out += "\n";
+    for (auto it = children[r].rbegin(); it != children[r].rend(); ++it) stack.push_back({*it, depth + 1});
+  }
+  return out;
+}
+
+}  // namespace sparrow::topology

@@ -1,0 +1,56 @@
+// Broadcast trees. An algorithm is a named strategy that turns (ranks, root, hosts, regions, probed
+// links, message size) into a parent and children for every rank; every rank computes the same tree
+// from the same inputs, so no tree is ever sent.
+//
+//   flat         root -> every rank
+//   chain        root -> r1 -> r2 -> ... (pipelined: the bandwidth-optimal shape for large messages)
+//   binomial     the classic log2(P)-round tree
+//   region_tree  root -> one relay per region (each region boundary crossed once); inside a region the
+//                relay feeds one leader per host as a chain, and host leaders feed the ranks on their
+//                host (the last hop stays on the host). Relays are the ranks with the best probed
+//                bandwidth from the root.
+//   auto         the cheapest of the above under a cost model fed by the probe table
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sparrow::topology {
+
+struct RankPlace {
+  std::string host;
+  std::string region;  // empty: inferred from RTT
+};
+
+struct TreeInput {
+  int nranks = 1;
+  int root = 0;
+  std::vector<RankPlace> places;
+  std::vector<double> rtt_s;   // root <-> r (probe; <= 0 unknown)
+  std::vector<double> bw_Bps;  // root -> r (probe; <= 0 unknown)
+  double message_bytes = 0;    // what this operation sends (for the cost model)
+};
+
+struct Tree {
+  std::string algo;
+  int root = 0;
+  std::vector<int> parent;                 // -1 for the root
+  std::vector<std::vector<int>> children;  // in send order
+  std::vector<std::string> region;         // effective region of each rank
+  double est_seconds = 0;                  // cost-model estimate
+  std::string format() const;              // human-readable
+};
+
+// SPARROW_ALGO: flat | chain | binomial | region_tree | auto
+std::string configured_algo();
+const std::vector<std::string>& algorithms();
+Result<Tree> build_tree(const std::string& algo, const TreeInput& in);
+// Regions: SPARROW_REGION labels where given; ranks without a label are clustered by their RTT to the
+// root (a new cluster starts where the RTT more than doubles and grows by more than 1 ms).
+std::vector<std::string> effective_regions(const TreeInput& in);
+// Estimated time of a pipelined broadcast of in.message_bytes over tree t.
+double estimate_seconds(const Tree& t, const TreeInput& in);
+
+}  // namespace sparrow::topology
