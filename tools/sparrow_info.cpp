@@ -9,6 +9,7 @@
 #include "core/params.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
+#include "topology/tree.h"
 #include "transport/transport.h"
 
 using namespace sparrow;
@@ -20,7 +21,10 @@ static void usage(FILE* f) {
           "  -v, --version     library version and CPU kernels in use\n"
           "  -t, --transports  transport backends by priority, and the one SPARROW_TRANSPORT selects\n"
           "  --probe [N]       start N ranks (default 4) in this process on this host and print the\n"
-          "                    RTT/bandwidth table measured at communicator creation (SPARROW_PROBE_MS)\n");
+          "                    RTT/bandwidth table measured at communicator creation (SPARROW_PROBE_MS)\n"
+          "  --tree [N]        the broadcast tree SPARROW_ALGO picks for N ranks (default 8), with\n"
+          "                    --root R, --regions a,a,b,b,... --hosts h0,h0,h1,... --bytes M (message size)\n"
+          "                    --rtt-ms x,y,... and --gbps x,y,... (root -> rank; default: unmeasured)\n");
 }
 
 static int probe(int n) {
@@ -52,9 +56,63 @@ static int probe(int n) {
   return 0;
 }
 
+static std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+static int tree(int argc, char** argv, int i) {
+  topology::TreeInput in;
+  in.nranks = (i + 1 < argc && argv[i + 1][0] != '-') ? atoi(argv[++i]) : 8;
+  in.message_bytes = 1e8;
+  std::vector<std::string> regions, hosts, rtts, gbps;
+  for (++i; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--root") in.root = atoi(v.c_str());
+    else if (k == "--regions") regions = split(v);
+    else if (k == "--hosts") hosts = split(v);
+    else if (k == "--bytes") in.message_bytes = atof(v.c_str());
+    else if (k == "--rtt-ms") rtts = split(v);
+    else if (k == "--gbps") gbps = split(v);
+    else {
+      fprintf(stderr, "sparrow-info: unknown --tree option '%s'\n", k.c_str());
+      return 2;
+    }
+  }
+  if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) {
+    fprintf(stderr, "sparrow-info: --tree needs 1 <= ranks and 0 <= root < ranks\n");
+    return 2;
+  }
+  for (int r = 0; r < in.nranks; ++r) {
+    in.places.push_back({r < int(hosts.size()) ? hosts[r] : "host" + std::to_string(r),
+                         r < int(regions.size()) ? regions[r] : ""});
+    in.rtt_s.push_back(r < int(rtts.size()) ? atof(rtts[r].c_str()) / 1e3 : -1);
+    in.bw_Bps.push_back(r < int(gbps.size()) ? atof(gbps[r].c_str()) * 1e9 / 8 : -1);
+  }
+  for (const auto& a : topology::algorithms()) {
+    auto t = topology::build_tree(a, in);
+    if (t.ok()) printf("%-12s estimate %9.3f ms\n", a.c_str(), t->est_seconds * 1e3);
+  }
+  auto t = topology::build_tree(topology::configured_algo(), in);
+  if (!t.ok()) {
+    fprintf(stderr, "sparrow-info: %s\n", t.status().to_string().c_str());
+    return 1;
+  }
+  printf("SPARROW_ALGO=%s:\n%s", topology::configured_algo().c_str(), t->format().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   bool config = false, version = argc == 1;
   for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--tree")) return tree(argc, argv, i);
     if (!strcmp(argv[i], "--probe")) {
       int n = (i + 1 < argc && argv[i + 1][0] != '-') ? atoi(argv[++i]) : 4;
       return probe(n);

@@ -74,30 +74,42 @@ std::vector<std::string> effective_regions(const TreeInput& in) {
 }
 
 double estimate_seconds(const Tree& t, const TreeInput& in) {
-  // Pipelined broadcast: the slowest uplink (shared by its children) bounds the rate; the deepest
-  // path adds one chunk time and one latency per hop.
+  // Pipelined broadcast: the busiest bottleneck bounds the rate, and the deepest path adds one chunk
+  // time and one latency per hop. Bottlenecks: a sender's uplink (shared by its children), each
+  // region's ingress (shared by every tree edge that enters the region: why crossing a boundary once
+  // pays), and each edge's own path.
   const double M = std::max(in.message_bytes, 1.0);
-  double worst_rate_time = 0;
+  auto same_region = [&](int a, int b) { return t.region.empty() || t.region[a] == t.region[b]; };
+  auto edge_bw = [&](int p, int c) { return p == in.root || !same_region(p, c) ? bw_of(in, c) : kDefaultBw; };
+  double root_up = 0;
+  for (int r = 0; r < in.nranks; ++r)
+    if (r != in.root) root_up = std::max(root_up, bw_of(in, r));
+  if (root_up <= 0) root_up = kDefaultBw;
+  double rate_time = 0;
+  std::map<std::string, int> crossings;
+  std::map<std::string, double> ingress;
   for (int r = 0; r < in.nranks; ++r) {
+    if (!t.region.empty() && r != in.root) ingress[t.region[r]] = std::max(ingress[t.region[r]], bw_of(in, r));
     if (t.children[r].empty()) continue;
-    double up = r == in.root ? kDefaultBw : bw_of(in, r);
-    // The root's uplink: the narrowest probed link from the root stands for it.
-    if (r == in.root)
-      for (int c : t.children[r]) up = std::min(up, bw_of(in, c) * double(t.children[r].size()));
-    worst_rate_time = std::max(worst_rate_time, M * double(t.children[r].size()) / up);
+    double up = r == in.root ? root_up : kDefaultBw;
+    rate_time = std::max(rate_time, M * double(t.children[r].size()) / up);
+    for (int c : t.children[r]) {
+      rate_time = std::max(rate_time, M / edge_bw(r, c));
+      if (!same_region(r, c)) crossings[t.region[c]]++;
+    }
   }
+  for (auto& [reg, k] : crossings) rate_time = std::max(rate_time, M * k / std::max(ingress[reg], 1.0));
   double worst_path = 0;
   for (int r = 0; r < in.nranks; ++r) {
     double path = 0;
     for (int x = r; t.parent[x] >= 0; x = t.parent[x]) {
       int p = t.parent[x];
-      bool same_region = t.region.empty() || t.region[p] == t.region[x];
-      double lat = same_region && p != in.root ? kLanRtt / 2 : rtt_of(in, x) / 2;
-      path += lat + std::min(M, kChunkBytes) / bw_of(in, x);
+      double lat = same_region(p, x) && p != in.root ? kLanRtt / 2 : rtt_of(in, x) / 2;
+      path += lat + std::min(M, kChunkBytes) / edge_bw(p, x);
     }
     worst_path = std::max(worst_path, path);
   }
-  return worst_rate_time + worst_path;
+  return rate_time + worst_path;
 }
 
 Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {

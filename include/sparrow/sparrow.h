@@ -72,7 +72,9 @@ sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId);
  * process. */
 sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank);
 
-/* Frees the communicator and closes its connections. Not collective. */
+/* Frees the communicator and closes its connections. Not collective; first waits (up to
+ * SPARROW_TIMEOUT_S) until the broadcasts this rank rooted were acknowledged, so data a root handed
+ * to the transport still arrives. */
 sparrowResult_t sparrowCommDestroy(sparrowComm_t comm);
 
 /* Fails every pending and future operation of the communicator (they return an error instead of

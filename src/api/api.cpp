@@ -141,6 +141,9 @@ SPARROW_EXPORT sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nran
 
 SPARROW_EXPORT sparrowResult_t sparrowCommDestroy(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommDestroy: comm is NULL");
+  // Graceful: broadcasts this rank rooted were handed to the transport; let them arrive.
+  sparrow::Status s = sparrow::coll::finish(*comm->impl);
+  if (!s.ok()) SPARROW_INFO("sparrowCommDestroy: %s", s.to_string().c_str());
   delete comm;
   return sparrowSuccess;
 }

@@ -486,6 +486,8 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   return result;
 }
 
+Status finish(Comm& c) { return drain_acks(c, 0); }
+
 Status sparse_reset(Comm& c, const void* buff) {
   auto& cs = c.coll();
   for (auto it = cs.roots.begin(); it != cs.roots.end();) it = std::find(it->first.begin(), it->first.end(), buff) != it->first.end() ? cs.roots.erase(it) : std::next(it);

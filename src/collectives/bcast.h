@@ -35,6 +35,9 @@ struct BufferArg {
 Status broadcast(Comm& c, const BufferArg& b, int root);
 // One sparse operation over one or more buffers (a group): one checkpoint, one version step.
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
+// Waits (up to SPARROW_TIMEOUT_S) until every operation rooted here was acknowledged, so that a
+// root that destroys its communicator right after its last call does not cut that call short.
+Status finish(Comm& c);
 // Forgets the per-buffer state of `buff` on this rank (next operation on it is dense, or a resync).
 Status sparse_reset(Comm& c, const void* buff);
 

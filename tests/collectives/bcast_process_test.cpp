@@ -1,0 +1,111 @@
+// sparse_bcast across processes: ranks are forked before anything is created, receive the unique id
+// through a pipe, and check every step against the same deterministic weights.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/params.h"
+#include "gen/generator.h"
+#include "sparrow/sparrow.h"
+
+namespace {
+
+constexpr size_t kCount = 1 << 20;
+
+// The weights at step s, as every rank can compute them.
+std::vector<uint16_t> weights(int step) {
+  std::vector<uint16_t> w(kCount);
+  for (size_t i = 0; i < kCount; ++i) w[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
+  for (int s = 1; s <= step; ++s) sparrow::gen::mutate_exact(w.data(), kCount, 2, 0.01, 1000 + s);
+  return w;
+}
+
+// Child: rank `rank`; returns 0 when every step arrived bit-exact, else the failing step + 10.
+int child(int rank, int n, int read_fd, int steps) {
+  sparrowUniqueId id;
+  if (read(read_fd, &id, sizeof id) != sizeof id) return 2;
+  sparrowComm_t comm;
+  if (sparrowCommInitRank(&comm, n, id, rank) != sparrowSuccess) return 3;
+  std::vector<uint16_t> buf(kCount, 0);
+  for (int s = 0; s < steps; ++s) {
+    if (sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr) != sparrowSuccess) return 10 + s;
+    if (buf != weights(s)) return 10 + s;
+  }
+  sparrowCommDestroy(comm);
+  return 0;
+}
+
+struct Cluster {
+  std::vector<pid_t> pids;
+  std::vector<int> fds;
+  sparrowComm_t root = nullptr;
+  Cluster(int n, int steps) {
+    setenv("SPARROW_PROBE_MS", "50", 1);
+    setenv("SPARROW_ALGO", "flat", 1);
+    sparrow::params::clear_overrides();  // settings are read once: make this process re-read them
+    for (int r = 1; r < n; ++r) {
+      int p[2];
+      EXPECT_EQ(pipe(p), 0);
+      pid_t pid = fork();
+      if (pid == 0) _exit(child(r, n, p[0], steps));
+      pids.push_back(pid);
+      fds.push_back(p[1]);
+    }
+    sparrowUniqueId id;
+    EXPECT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+    for (int fd : fds) EXPECT_EQ(write(fd, &id, sizeof id), ssize_t(sizeof id));
+    EXPECT_EQ(sparrowCommInitRank(&root, n, id, 0), sparrowSuccess) << sparrowGetLastError(nullptr);
+  }
+  int wait_rank(int r) {
+    int st = 0;
+    waitpid(pids[r - 1], &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+  }
+  ~Cluster() {
+    if (root) sparrowCommDestroy(root);
+    unsetenv("SPARROW_ALGO");
+    unsetenv("SPARROW_PROBE_MS");
+    sparrow::params::clear_overrides();
+  }
+};
+
+TEST(SparseBcastProcesses, FourProcessesManySteps) {
+  const int steps = 6;
+  Cluster cl(4, steps);
+  for (int s = 0; s < steps; ++s) {
+    auto w = weights(s);
+    ASSERT_EQ(sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess)
+        << sparrowGetLastError(cl.root);
+  }
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(cl.wait_rank(r), 0) << "rank " << r;
+}
+
+TEST(SparseBcastProcesses, KilledReceiverIsPeerLostAtTheRootNotAHang) {
+  const int steps = 8;
+  Cluster cl(3, steps);
+  for (int s = 0; s < 2; ++s) {
+    auto w = weights(s);
+    ASSERT_EQ(sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
+  }
+  kill(cl.pids[1], SIGKILL);  // rank 2
+  EXPECT_EQ(cl.wait_rank(2), -SIGKILL);
+  sparrowResult_t seen = sparrowSuccess;
+  for (int s = 2; s < steps && seen == sparrowSuccess; ++s) {
+    auto w = weights(s);
+    seen = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
+  }
+  EXPECT_EQ(seen, sparrowPeerLost) << sparrowGetLastError(cl.root);
+  EXPECT_NE(std::string(sparrowGetLastError(cl.root)).find("rank 2"), std::string::npos) << sparrowGetLastError(cl.root);
+  sparrowResult_t async = sparrowSuccess;
+  sparrowCommGetAsyncError(cl.root, &async);
+  EXPECT_EQ(async, sparrowPeerLost);
+  kill(cl.pids[0], SIGKILL);  // rank 1 would wait for steps the root no longer sends
+  cl.wait_rank(1);
+}
+
+}  // namespace
