@@ -1,0 +1,59 @@
+// The WAN emulator proper: network namespaces with a TUN device each, and one router thread that
+// moves IP packets between them through the scenario's link model (access-link token buckets with
+// tail-drop queues, per region-pair delay, jitter without reordering, Bernoulli and Gilbert-Elliott
+// loss). Real kernel TCP runs end to end inside the namespaces.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "tools/wanemu/scenario.h"
+
+namespace sparrow::wanemu {
+
+struct HostRuntime {
+  std::string ifname, addr;  // TUN name, 10.77.x.y
+  pid_t holder = -1;         // keeps the namespace alive (dies with us: PR_SET_PDEATHSIG)
+  int nsfd = -1, tunfd = -1;
+};
+
+struct Counters {
+  uint64_t packets = 0, bytes = 0, queue_drops = 0, loss_drops = 0;
+};
+
+class Emulator {
+ public:
+  ~Emulator();
+  // Creates namespaces and TUN devices and starts the router. Needs root and /dev/net/tun.
+  static Result<std::unique_ptr<Emulator>> start(const Scenario& s);
+  const Scenario& scenario() const { return s_; }
+  const std::vector<HostRuntime>& hosts() const { return rt_; }
+  // Runs argv inside host i's namespace (fork + setns + exec), with the WANEMU_* environment.
+  Result<pid_t> spawn(int host, const std::vector<std::string>& argv, bool quiet = false) const;
+  std::vector<Counters> counters() const;
+  void stop();
+
+ private:
+  Emulator() = default;
+  void route();
+  Scenario s_;
+  std::vector<HostRuntime> rt_;
+  std::thread router_;
+  std::atomic<bool> stop_{false};
+  int timer_fd_ = -1, ep_ = -1;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// Root + TUN available?
+bool can_emulate(std::string* why);
+// Enters host `rank`'s namespace from the environment set by `wanemu run --launcher` and execs argv.
+int enter_and_exec(const std::vector<std::string>& argv);
+
+}  // namespace sparrow::wanemu

@@ -1,0 +1,343 @@
+// wanemu: a WAN emulator for real TCP (see emulator.h and docs/wanemu.md).
+//
+//   wanemu run SCENARIO.toml [--stats] -- CMD ARGS...        CMD once per emulated host, inside it
+//   wanemu run SCENARIO.toml --launcher -- mpirun ... wanemu enter -- PROG
+//                                                           one launcher in the host namespace; each
+//                                                           MPI rank enters the host of its rank
+//   wanemu selftest                                         rate, RTT and loss behaviour checks
+//   wanemu check SCENARIO.toml                              parse and print a scenario
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/wanemu/emulator.h"
+
+using namespace sparrow;
+using namespace sparrow::wanemu;
+
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int s) { g_signal = s; }
+
+void usage(FILE* f) {
+  fprintf(f,
+          "usage: wanemu run SCENARIO.toml [--stats] [--launcher] -- CMD [ARGS...]\n"
+          "       wanemu enter -- PROG [ARGS...]      (inside `run --launcher`, e.g. under mpirun)\n"
+          "       wanemu selftest                     (needs root and /dev/net/tun; iperf3)\n"
+          "       wanemu check SCENARIO.toml\n"
+          "Each emulated host is a network namespace with a TUN device (10.77.<region>.<host>);\n"
+          "one router thread moves packets between them through the scenario's link model.\n"
+          "CMD sees WANEMU_RANK, WANEMU_NRANKS, WANEMU_HOST, WANEMU_REGION, WANEMU_ADDR, WANEMU_ADDRS,\n"
+          "WANEMU_IFNAME, and SPARROW_SOCKET_IFNAME / SPARROW_REGION set for sparrow.\n");
+}
+
+// Waits for all pids; forwards SIGINT/SIGTERM; returns the first non-zero exit status.
+int wait_all(std::vector<pid_t> pids) {
+  int rc = 0;
+  while (!pids.empty()) {
+    int st = 0;
+    pid_t p = waitpid(-1, &st, 0);
+    if (p < 0) {
+      if (errno == EINTR) {
+        if (g_signal)
+          for (pid_t q : pids) kill(q, SIGTERM);
+        continue;
+      }
+      break;
+    }
+    auto it = std::find(pids.begin(), pids.end(), p);
+    if (it == pids.end()) continue;
+    pids.erase(it);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != 0 && rc == 0) {
+      rc = code;
+      for (pid_t q : pids) kill(q, SIGTERM);  // one host failed: stop the rest, do not hang
+    }
+  }
+  return rc;
+}
+
+void print_counters(const Emulator& e) {
+  auto c = e.counters();
+  fprintf(stderr, "wanemu: %-16s %10s %12s %10s %10s\n", "host", "packets", "bytes", "q-drops", "loss");
+  for (size_t i = 0; i < c.size(); ++i)
+    fprintf(stderr, "wanemu: %-16s %10llu %12llu %10llu %10llu\n", e.scenario().hosts[i].name.c_str(),
+            (unsigned long long)c[i].packets, (unsigned long long)c[i].bytes, (unsigned long long)c[i].queue_drops,
+            (unsigned long long)c[i].loss_drops);
+}
+
+int cmd_run(int argc, char** argv) {
+  if (argc < 3) {
+    usage(stderr);
+    return 2;
+  }
+  std::string path = argv[2];
+  bool stats = false, launcher = false;
+  int i = 3;
+  for (; i < argc && strcmp(argv[i], "--") != 0; ++i) {
+    if (!strcmp(argv[i], "--stats")) stats = true;
+    else if (!strcmp(argv[i], "--launcher")) launcher = true;
+    else {
+      fprintf(stderr, "wanemu: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (i >= argc - 1) {
+    fprintf(stderr, "wanemu: nothing to run (expected -- CMD ...)\n");
+    return 2;
+  }
+  std::vector<std::string> cmd(argv + i + 1, argv + argc);
+  auto sc = load_scenario(path);
+  if (!sc.ok()) {
+    fprintf(stderr, "wanemu: %s\n", sc.status().to_string().c_str());
+    return 2;
+  }
+  auto em = Emulator::start(sc.value());
+  if (!em.ok()) {
+    fprintf(stderr, "wanemu: %s\n", em.status().to_string().c_str());
+    return 2;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  auto& e = *em.value();
+  std::vector<pid_t> pids;
+  if (launcher) {
+    std::string ns, ifs, regs;
+    for (size_t h = 0; h < e.hosts().size(); ++h) {
+      ns += (h ? "," : "") + std::to_string(e.hosts()[h].holder);
+      ifs += (h ? "," : "") + e.hosts()[h].ifname;
+      regs += (h ? "," : "") + e.scenario().hosts[h].region;
+    }
+    setenv("WANEMU_NS_PIDS", ns.c_str(), 1);
+    setenv("WANEMU_IFNAMES", ifs.c_str(), 1);
+    setenv("WANEMU_REGIONS", regs.c_str(), 1);
+    setenv("WANEMU_NRANKS", std::to_string(e.hosts().size()).c_str(), 1);
+    pid_t p = fork();
+    if (p == 0) {
+      std::vector<char*> a;
+      for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
+      a.push_back(nullptr);
+      execvp(a[0], a.data());
+      _exit(127);
+    }
+    pids.push_back(p);
+  } else {
+    for (size_t h = 0; h < e.hosts().size(); ++h) {
+      auto p = e.spawn(int(h), cmd);
+      if (!p.ok()) {
+        fprintf(stderr, "wanemu: %s\n", p.status().to_string().c_str());
+        for (pid_t q : pids) kill(q, SIGTERM);
+        wait_all(pids);
+        return 2;
+      }
+      pids.push_back(p.value());
+    }
+  }
+  int rc = wait_all(pids);
+  if (stats) print_counters(e);
+  e.stop();
+  return rc;
+}
+
+// ---- selftest ------------------------------------------------------------------------------------------
+
+std::string capture(const Emulator& e, int host, const std::vector<std::string>& argv) {
+  int p[2];
+  if (pipe(p) != 0) return "";
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    close(p[0]);
+    int null = open("/dev/null", 1);
+    dup2(null, 2);
+    const auto& h = e.hosts()[host];
+    int fd = open(("/proc/" + std::to_string(h.holder) + "/ns/net").c_str(), O_RDONLY);
+    if (setns(fd, CLONE_NEWNET) != 0) _exit(126);
+    std::vector<char*> a;
+    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
+    a.push_back(nullptr);
+    execvp(a[0], a.data());
+    _exit(127);
+  }
+  close(p[1]);
+  std::string out;
+  char b[4096];
+  ssize_t r;
+  while ((r = read(p[0], b, sizeof b)) > 0) out.append(b, size_t(r));
+  close(p[0]);
+  waitpid(pid, nullptr, 0);
+  return out;
+}
+
+double json_bps(const std::string& out) {
+  size_t at = out.find("\"sum_received\"");
+  if (at == std::string::npos) return -1;
+  at = out.find("\"bits_per_second\"", at);
+  if (at == std::string::npos) return -1;
+  return strtod(out.c_str() + out.find(':', at) + 1, nullptr);
+}
+
+// iperf3 from host 0 to host 1 (server started inside host 1's namespace); Mbit/s or -1.
+double iperf(const Emulator& e, int streams, int seconds, const char* cc) {
+  auto srv = e.spawn(1, {"iperf3", "-s", "-1", "-B", e.hosts()[1].addr, "-p", "5201"}, true);
+  if (!srv.ok()) return -1;
+  double mbit = -1;
+  for (int attempt = 0; attempt < 50 && mbit < 0; ++attempt) {
+    std::string out = capture(e, 0, {"iperf3", "-c", e.hosts()[1].addr, "-p", "5201", "-P", std::to_string(streams), "-t",
+                                     std::to_string(seconds), "-O", "2", "-C", cc, "-J"});
+    mbit = json_bps(out) / 1e6;
+    if (mbit < 0) usleep(100000);  // the server may not listen yet (a tool's retry, not a test's sleep)
+  }
+  kill(srv.value(), SIGTERM);
+  waitpid(srv.value(), nullptr, 0);
+  return mbit;
+}
+
+// UDP ping-pong between host 0 and host 1 using this binary's hidden echo/ping modes; RTT in ms.
+double udp_rtt(const Emulator& e, const char* self) {
+  auto srv = e.spawn(1, {self, "udp-echo", e.hosts()[1].addr}, true);
+  if (!srv.ok()) return -1;
+  std::string out = capture(e, 0, {self, "udp-ping", e.hosts()[1].addr, "20"});
+  kill(srv.value(), SIGTERM);
+  waitpid(srv.value(), nullptr, 0);
+  return out.empty() ? -1 : strtod(out.c_str(), nullptr);
+}
+
+Scenario two_hosts(double mbit, double one_way_ms, double loss) {
+  Scenario s;
+  s.hosts = {{"a", "left", mbit, mbit, 100}, {"b", "right", mbit, mbit, 100}};
+  Link l;
+  l.a = "left";
+  l.b = "right";
+  l.delay_ms = one_way_ms;
+  l.loss = loss;
+  s.links = {l};
+  return s;
+}
+
+int cmd_selftest(const char* self) {
+  std::string why;
+  if (!can_emulate(&why)) {
+    printf("wanemu selftest: skipped (%s)\n", why.c_str());
+    return 0;
+  }
+  int failures = 0;
+  {
+    auto em = Emulator::start(two_hosts(500, 25, 0));
+    if (!em.ok()) {
+      fprintf(stderr, "wanemu selftest: %s\n", em.status().to_string().c_str());
+      return 1;
+    }
+    double rtt = udp_rtt(*em.value(), self);
+    bool ok = rtt >= 47.5 && rtt <= 52.5;
+    failures += !ok;
+    printf("wanemu selftest: RTT %.2f ms through a 50 ms RTT path (within 5%%: %s)\n", rtt, ok ? "PASS" : "FAIL");
+    double mbit = iperf(*em.value(), 1, 8, "cubic");
+    ok = mbit >= 0.9 * 500;
+    failures += !ok;
+    printf("wanemu selftest: iperf3 %.1f Mbit/s through a 500 Mbit/s, 50 ms RTT link (>= 0.9x: %s)\n", mbit, ok ? "PASS" : "FAIL");
+  }
+  {
+    auto em = Emulator::start(two_hosts(500, 25, 0.001));
+    if (!em.ok()) return 1;
+    double one = iperf(*em.value(), 1, 10, "cubic");
+    double eight = iperf(*em.value(), 8, 10, "cubic");
+    bool ok = one > 0 && one < 0.5 * 500 && eight >= 3 * one;
+    failures += !ok;
+    printf("wanemu selftest: 0.1%% loss, 50 ms RTT, 500 Mbit/s: one CUBIC stream %.1f Mbit/s, 8 streams %.1f Mbit/s "
+           "(one collapses, eight recover >= 3x: %s)\n",
+           one, eight, ok ? "PASS" : "FAIL");
+  }
+  printf("wanemu selftest: %s\n", failures ? "FAILED" : "all passed");
+  return failures ? 1 : 0;
+}
+
+int cmd_udp_echo(const char* addr) {
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(7777);
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 1;
+  char b[64];
+  sockaddr_in from{};
+  socklen_t l = sizeof from;
+  while (true) {
+    ssize_t r = recvfrom(fd, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&from), &l);
+    if (r > 0) sendto(fd, b, size_t(r), 0, reinterpret_cast<sockaddr*>(&from), l);
+  }
+}
+
+int cmd_udp_ping(const char* addr, int count) {
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(7777);
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  double best = 1e9;
+  int got = 0;
+  for (int i = 0; i < count + 20 && got < count; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    char b[16] = "ping";
+    sendto(fd, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (recv(fd, b, sizeof b, 0) > 0) {
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ++got;
+    }
+  }
+  printf("%.3f\n", got ? best : -1.0);
+  return got ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string c = argv[1];
+  if (c == "run") return cmd_run(argc, argv);
+  if (c == "selftest") return cmd_selftest(argv[0]);
+  if (c == "enter") {
+    int i = 2;
+    if (i < argc && !strcmp(argv[i], "--")) ++i;
+    return enter_and_exec(std::vector<std::string>(argv + i, argv + argc));
+  }
+  if (c == "check" && argc == 3) {
+    auto s = load_scenario(argv[2]);
+    if (!s.ok()) {
+      fprintf(stderr, "wanemu: %s\n", s.status().to_string().c_str());
+      return 2;
+    }
+    printf("%zu hosts in %zu regions\n", s->hosts.size(), s->regions().size());
+    for (auto& h : s->hosts)
+      printf("  %-16s %-10s up %7.1f Mbit/s down %7.1f Mbit/s queue %.0f ms\n", h.name.c_str(), h.region.c_str(), h.up_mbit,
+             h.down_mbit, h.queue_ms);
+    for (auto& l : s->links)
+      printf("  %s <-> %s: %.1f ms one way, jitter %.1f ms, loss %.4f, GE %.4f/%.4f/%.3f\n", l.a.c_str(), l.b.c_str(),
+             l.delay_ms, l.jitter_ms, l.loss, l.ge_p, l.ge_r, l.ge_loss);
+    return 0;
+  }
+  if (c == "udp-echo" && argc == 3) return cmd_udp_echo(argv[2]);
+  if (c == "udp-ping" && argc == 4) return cmd_udp_ping(argv[2], atoi(argv[3]));
+  usage(stderr);
+  return 2;
+}
