@@ -33,7 +33,8 @@ std::string ProbeResult::format() const {
   char line[96];
   for (size_t r = 0; r < rtt_s.size(); ++r) {
     if (int(r) == root) continue;
-    snprintf(line, sizeof line, "  %4zu  %10.1f  %12.3f\n", r, rtt_s[r] * 1e6, bw_Bps[r] * 8 / 1e9);
+    if (bw_Bps[r] > 0) snprintf(line, sizeof line, "  %4zu  %10.1f  %12.3f\n", r, rtt_s[r] * 1e6, bw_Bps[r] * 8 / 1e9);
+    else snprintf(line, sizeof line, "  %4zu  %10.1f  %12s\n", r, rtt_s[r] * 1e6, "unmeasured");
     out += line;
   }
   return out;
@@ -65,9 +66,13 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
         best = std::min(best, secs(Clock::now() - s));
       }
       res.rtt_s[j] = best;
-      // Bandwidth: stream for the rest of the slice, a window of messages in flight.
-      auto stop = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(std::max(0.002, slice - kPings * best)));
+      // Bandwidth: stream for the rest of the slice, a window of messages in flight. A slice shorter
+      // than a few round trips would measure slow start, not the link: then the bandwidth stays
+      // unknown (-1) rather than wrong.
+      const double stream_s = slice - kPings * best;
+      auto stop = stream_s >= 4 * best ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(stream_s))
+                                       : Clock::now();
       std::deque<transport::SendRequestPtr> window;
       uint32_t count = 0;
       const size_t win = 4 * size_t(net.nstreams()) + 4;
@@ -89,7 +94,7 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
       if (bw.size() != 8) return CorruptData("bad probe report from rank " + std::to_string(j));
       double v;
       memcpy(&v, bw.data(), 8);
-      res.bw_Bps[j] = v;
+      res.bw_Bps[j] = v > 0 ? v : -1;
     } else {
       for (int i = 0; i < kPings; ++i) {
         SPARROW_ASSIGN_OR_RETURN(auto ping, net.recv(root, MsgKey{comm, seq, uint32_t(2 * i)}, d));

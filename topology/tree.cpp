@@ -10,8 +10,9 @@
 namespace sparrow::topology {
 namespace {
 
-params::StringParam kAlgo("ALGO", "auto", "Broadcast tree: flat, chain, binomial, region_tree or auto (cost model).",
-                          {"auto", "flat", "chain", "binomial", "region_tree"});
+params::StringParam kAlgo("ALGO", "auto",
+                          "Broadcast tree: flat, chain, binomial, region_tree, two_level (SparrowRL's static tree) or auto.",
+                          {"auto", "flat", "chain", "binomial", "region_tree", "two_level"});
 
 constexpr double kLanRtt = 200e-6;       // assumed RTT between ranks of one region when not probed
 constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a link was not probed
@@ -155,6 +156,20 @@ Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
       for (int step = 1; v + step < n; step *= 2)
         if (v < step) t.children[real].push_back((v + step + in.root) % n);
       std::reverse(t.children[real].begin(), t.children[real].end());
+    }
+  } else if (algo == "two_level") {
+    // SparrowRL's static relay tree: root -> the lowest rank of each other region -> the rest of it.
+    std::map<std::string, std::vector<int>> by_region;
+    for (int r : rest) by_region[regions[r]].push_back(r);
+    for (auto& [reg, members] : by_region) {
+      if (reg == regions[in.root]) {
+        for (int m : members) link(t, in.root, m);
+        continue;
+      }
+      int relay = *std::min_element(members.begin(), members.end());
+      link(t, in.root, relay);
+      for (int m : members)
+        if (m != relay) link(t, relay, m);
     }
   } else if (algo == "region_tree") {
     // Group by region, then by host inside a region.

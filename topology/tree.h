@@ -9,7 +9,9 @@
 //                relay feeds one leader per host as a chain, and host leaders feed the ranks on their
 //                host (the last hop stays on the host). Relays are the ranks with the best probed
 //                bandwidth from the root.
-//   auto         the cheapest of the above under a cost model fed by the probe table
+//   two_level    SparrowRL's static tree (root -> lowest rank of each region -> the rest), kept as the
+//                ablation baseline; never chosen by auto
+//   auto         the cheapest of flat, chain, binomial, region_tree under a cost model fed by the probe table
 #pragma once
 
 #include <string>

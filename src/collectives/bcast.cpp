@@ -20,6 +20,9 @@ using transport::SendRequestPtr;
 
 namespace {
 
+params::StringParam kCodec("CODEC", "auto",
+                           "Checkpoint codecs for sparse_bcast: auto (smallest per chunk) or paper (SparrowRL's leb128 + overwrite, for ablations).",
+                           {"auto", "paper"});
 params::IntParam kSegment("SEGMENT_BYTES", 4 << 20, "Segment size of the pipelined dense broadcast.", 64 << 10, 1 << 30);
 
 constexpr uint32_t kOpMagic = 0x504f5053;  // "SPOP"
@@ -356,9 +359,11 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       }
     };
     kernels::cpu::EncodeStats es;
+    kernels::cpu::EncodeOptions eo;
+    eo.paper_format = kCodec.get() == "paper";
     double te = now_s();
     auto footer = rs.enc->encode_stream(
-        src, {}, &es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
+        src, eo, &es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
         [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
     if (!footer.ok()) return footer.status();
     emit(next_sub++, std::move(footer.value()));

@@ -160,6 +160,9 @@ Result<std::unique_ptr<Emulator>> Emulator::start(const Scenario& s) {
     // Hosts on a WAN tune their TCP buffers for the bandwidth-delay product: let autotuning reach 32 MiB.
     (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 33554432"});
     (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 16384 33554432"});
+    // ... and keep their congestion window across idle periods between training steps (the kernel
+    // default drops it back to 10 segments after one RTO of idleness, costing round trips per step).
+    (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"});
     uint32_t a = (10u << 24) | (77u << 16) | (uint32_t(ri + 1) << 8) | uint32_t(i + 1);
     im.by_addr[a] = i;
     Access up_l, down_l;
@@ -317,7 +320,7 @@ Result<pid_t> Emulator::spawn(int host, const std::vector<std::string>& argv, bo
       return a;
     }().c_str(), 1);
     setenv("SPARROW_SOCKET_IFNAME", h.ifname.c_str(), 1);
-    setenv("SPARROW_REGION", s_.hosts[host].region.c_str(), 0);
+    setenv("SPARROW_REGION", s_.hosts[host].region.c_str(), 1);
     std::vector<char*> a;
     for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
     a.push_back(nullptr);
@@ -381,7 +384,7 @@ int enter_and_exec(const std::vector<std::string>& argv) {
     return 2;
   }
   setenv("SPARROW_SOCKET_IFNAME", names[rank].c_str(), 1);
-  if (rank < int(rg.size())) setenv("SPARROW_REGION", rg[rank].c_str(), 0);
+  if (rank < int(rg.size())) setenv("SPARROW_REGION", rg[rank].c_str(), 1);
   setenv("WANEMU_RANK", std::to_string(rank).c_str(), 1);
   std::vector<char*> a;
   for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));

@@ -88,10 +88,15 @@ int cmd_run(int argc, char** argv) {
   }
   std::string path = argv[2];
   bool stats = false, launcher = false;
+  int launch_in = -1;
   int i = 3;
   for (; i < argc && strcmp(argv[i], "--") != 0; ++i) {
     if (!strcmp(argv[i], "--stats")) stats = true;
     else if (!strcmp(argv[i], "--launcher")) launcher = true;
+    else if (!strcmp(argv[i], "--launch-in") && i + 1 < argc) {
+      launcher = true;
+      launch_in = atoi(argv[++i]);
+    }
     else {
       fprintf(stderr, "wanemu: unknown option %s\n", argv[i]);
       return 2;
@@ -123,19 +128,29 @@ int cmd_run(int argc, char** argv) {
       ifs += (h ? "," : "") + e.hosts()[h].ifname;
       regs += (h ? "," : "") + e.scenario().hosts[h].region;
     }
+    std::string addrs;
+    for (size_t h = 0; h < e.hosts().size(); ++h) addrs += (h ? "," : "") + e.hosts()[h].addr;
     setenv("WANEMU_NS_PIDS", ns.c_str(), 1);
     setenv("WANEMU_IFNAMES", ifs.c_str(), 1);
     setenv("WANEMU_REGIONS", regs.c_str(), 1);
+    setenv("WANEMU_ADDRS", addrs.c_str(), 1);
     setenv("WANEMU_NRANKS", std::to_string(e.hosts().size()).c_str(), 1);
-    pid_t p = fork();
-    if (p == 0) {
-      std::vector<char*> a;
-      for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
-      a.push_back(nullptr);
-      execvp(a[0], a.data());
-      _exit(127);
+    if (launch_in >= 0 && launch_in < int(e.hosts().size())) {
+      // The launcher itself runs inside one emulated host (mpirun there, orteds via `wanemu rsh`).
+      auto p = e.spawn(launch_in, cmd);
+      if (!p.ok()) return 2;
+      pids.push_back(p.value());
+    } else {
+      pid_t p = fork();
+      if (p == 0) {
+        std::vector<char*> a;
+        for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
+        a.push_back(nullptr);
+        execvp(a[0], a.data());
+        _exit(127);
+      }
+      pids.push_back(p);
     }
-    pids.push_back(p);
   } else {
     for (size_t h = 0; h < e.hosts().size(); ++h) {
       auto p = e.spawn(int(h), cmd);
@@ -335,6 +350,48 @@ int main(int argc, char** argv) {
       printf("  %s <-> %s: %.1f ms one way, jitter %.1f ms, loss %.4f, GE %.4f/%.4f/%.3f\n", l.a.c_str(), l.b.c_str(),
              l.delay_ms, l.jitter_ms, l.loss, l.ge_p, l.ge_r, l.ge_loss);
     return 0;
+  }
+  if (c == "rsh" && argc >= 4) {
+    // An rsh agent for mpirun (--mca plm_rsh_agent "wanemu rsh"): runs the command line inside the
+    // emulated host whose address is given as the host name.
+    const char* addrs = getenv("WANEMU_ADDRS");
+    const char* pids = getenv("WANEMU_NS_PIDS");
+    const char* ifs = getenv("WANEMU_IFNAMES");
+    if (!addrs || !pids || !ifs) {
+      fprintf(stderr, "wanemu rsh: only inside `wanemu run --launcher`\n");
+      return 2;
+    }
+    int a = 2;
+    while (a < argc && argv[a][0] == '-') a += (!strcmp(argv[a], "-l") || !strcmp(argv[a], "-p")) ? 2 : 1;  // rsh flags
+    if (a + 1 >= argc) return 2;
+    std::string target = argv[a];
+    std::string line;
+    for (int k = a + 1; k < argc; ++k) line += std::string(k > a + 1 ? " " : "") + argv[k];
+    auto split = [](std::string s) {
+      std::vector<std::string> v;
+      size_t b = 0;
+      while (b <= s.size()) {
+        size_t e = s.find(',', b);
+        if (e == std::string::npos) e = s.size();
+        v.push_back(s.substr(b, e - b));
+        b = e + 1;
+      }
+      return v;
+    };
+    const char* regs = getenv("WANEMU_REGIONS");
+    auto av = split(addrs), pv = split(pids), iv = split(ifs), rv = split(regs ? regs : "");
+    for (size_t h = 0; h < av.size(); ++h) {
+      if (av[h] != target) continue;
+      int fd = open(("/proc/" + pv[h] + "/ns/net").c_str(), O_RDONLY);
+      if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return 126;
+      setenv("SPARROW_SOCKET_IFNAME", iv[h].c_str(), 1);
+      if (h < rv.size()) setenv("SPARROW_REGION", rv[h].c_str(), 1);  // the scenario is the authority
+      setenv("WANEMU_RANK", std::to_string(h).c_str(), 1);
+      execl("/bin/sh", "sh", "-c", line.c_str(), (char*)nullptr);
+      return 127;
+    }
+    fprintf(stderr, "wanemu rsh: no emulated host %s\n", target.c_str());
+    return 2;
   }
   if (c == "udp-echo" && argc == 3) return cmd_udp_echo(argv[2]);
   if (c == "udp-ping" && argc == 4) return cmd_udp_ping(argv[2], atoi(argv[3]));

@@ -1,0 +1,363 @@
+// sparse_bcast_perf / broadcast_perf: nccl-tests-style drivers for sparrow's broadcasts and their
+// baselines, run under mpirun (and under wanemu through scripts/wanemu-mpirun.sh).
+//
+//   -b/-e/-f  min/max size in bytes and multiplication factor     -n/-w  iterations / warmup
+//   -c 0|1    check results                                        -r     root
+//   -d type   datatype (bfloat16, float32, ...)                    -D     density per step (sparse)
+//   --impl sparrow|paper|dense|mpi   paper: SparrowRL's format (leb128 + overwrite, 1 stream, static
+//                                    two-level tree); dense: sparrowBroadcast; mpi: MPI_Bcast
+//   --model NAME --layers N --vocab N --steps N   realistic RL steps instead of -b/-e (sparse mode)
+//   --json    one JSON object per row                              --scenario FILE (default $WANEMU_SCENARIO)
+#include <getopt.h>
+#include <mpi.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/checkpoint.h"
+#include "gen/generator.h"
+#include "sparrow/sparrow.h"
+#include "tools/wanemu/scenario.h"
+
+using namespace sparrow;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Opts {
+  bool sparse = true;
+  size_t minb = 1 << 20, maxb = 1 << 20;
+  double factor = 2;
+  int iters = 5, warmup = 1, root = 0;
+  bool check = true, json = false;
+  int dtype = 9;
+  double density = 0.01;
+  std::string impl = "sparrow", model, scenario;
+  int64_t layers = 1, vocab = 2048;
+};
+
+const char* kTypes[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16"};
+
+MPI_Datatype mpi_type(int dt) {
+  switch (dt) {
+    case 0: return MPI_INT8_T;
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_INT32_T;
+    case 3: return MPI_UINT32_T;
+    case 4: return MPI_INT64_T;
+    case 5: return MPI_UINT64_T;
+    case 7: return MPI_FLOAT;
+    case 8: return MPI_DOUBLE;
+    default: return MPI_UINT16_T;  // 16-bit floats travel as their bits
+  }
+}
+
+double parse_size(const char* s) {
+  char* e;
+  double v = strtod(s, &e);
+  if (*e == 'K' || *e == 'k') v *= 1024;
+  else if (*e == 'M' || *e == 'm') v *= 1048576;
+  else if (*e == 'G' || *e == 'g') v *= 1073741824;
+  return v;
+}
+
+struct Bound {
+  bool known = false;
+  double uplink_Bps = 0, delay_s = 0;
+  double seconds(double bytes) const { return bytes / uplink_Bps + delay_s; }
+};
+
+Bound lower_bound(const std::string& path, int root, int nranks) {
+  Bound b;
+  if (path.empty()) return b;
+  auto s = wanemu::load_scenario(path);
+  if (!s.ok() || int(s->hosts.size()) < nranks || s->hosts[root].up_mbit <= 0) return b;
+  b.known = true;
+  b.uplink_Bps = s->hosts[root].up_mbit * 1e6 / 8;
+  for (int r = 0; r < nranks; ++r) {
+    const auto* l = s->link(s->hosts[root].region, s->hosts[r].region);
+    double d = l ? l->delay_ms : (s->hosts[root].region == s->hosts[r].region ? s->default_delay_ms : 0);
+    b.delay_s = std::max(b.delay_s, d / 1e3);
+  }
+  return b;
+}
+
+struct Row {
+  size_t bytes, count;
+  double time_s, density, wire;
+  int wrong;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Opts o;
+  std::string self = argv[0];
+  o.sparse = self.find("sparse") != std::string::npos;
+  static option longopts[] = {{"impl", 1, 0, 'I'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
+                              {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
+                              {"density", 1, 0, 'D'}, {0, 0, 0, 0}};
+  for (int c; (c = getopt_long(argc, argv, "b:e:f:n:w:c:r:d:D:h", longopts, nullptr)) != -1;) {
+    switch (c) {
+      case 'b': o.minb = size_t(parse_size(optarg)); break;
+      case 'e': o.maxb = size_t(parse_size(optarg)); break;
+      case 'f': o.factor = atof(optarg); break;
+      case 'n': o.iters = atoi(optarg); break;
+      case 'w': o.warmup = atoi(optarg); break;
+      case 'c': o.check = atoi(optarg) != 0; break;
+      case 'r': o.root = atoi(optarg); break;
+      case 'd': {
+        o.dtype = -1;
+        for (int t = 0; t < 10; ++t)
+          if (!strcmp(optarg, kTypes[t])) o.dtype = t;
+        if (o.dtype < 0) {
+          fprintf(stderr, "unknown datatype %s\n", optarg);
+          return 2;
+        }
+        break;
+      }
+      case 'D': o.density = atof(optarg); break;
+      case 'I': o.impl = optarg; break;
+      case 'M': o.model = optarg; break;
+      case 'L': o.layers = atoll(optarg); break;
+      case 'V': o.vocab = atoll(optarg); break;
+      case 'J': o.json = true; break;
+      case 'S': o.scenario = optarg; break;
+      case 'h':
+        printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
+               "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
+               "          [--scenario FILE] [--json]\nRun under mpirun (or scripts/wanemu-mpirun.sh).\n",
+               argv[0]);
+        return 0;
+      default: return 2;
+    }
+  }
+  if (o.scenario.empty() && getenv("WANEMU_SCENARIO")) o.scenario = getenv("WANEMU_SCENARIO");
+  if (o.impl == "paper") {
+    // SparrowRL's design: its format, one stream, the static two-level tree.
+    setenv("SPARROW_CODEC", "paper", 1);
+    setenv("SPARROW_NSTREAMS", "1", 1);
+    setenv("SPARROW_ALGO", "two_level", 1);
+  }
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (o.root < 0 || o.root >= n || o.factor <= 1 || o.iters < 1 ||
+      (o.impl != "sparrow" && o.impl != "paper" && o.impl != "dense" && o.impl != "mpi")) {
+    if (rank == 0) fprintf(stderr, "bad arguments (see --help)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  sparrowComm_t comm = nullptr;
+  if (o.impl != "mpi") {
+    // The same steps as sparrowCommInitMPI (libsparrow_mpi), against the statically linked library.
+    sparrowUniqueId id;
+    if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    sparrowResult_t rc = sparrowCommInitRank(&comm, n, id, rank);
+    if (rc != sparrowSuccess) {
+      fprintf(stderr, "rank %d: sparrowCommInitRank: %s\n", rank, sparrowGetLastError(nullptr));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  // All ranks on one machine: completion times on one clock; otherwise op + barrier at the root.
+  char host[256] = {0}, host0[256] = {0};
+  gethostname(host, sizeof host - 1);
+  memcpy(host0, host, sizeof host);
+  MPI_Bcast(host0, sizeof host0, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int same = strcmp(host, host0) == 0, all_same = 0;
+  MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  Bound bound = lower_bound(o.scenario, o.root, n);
+
+  // Buffers: one (size sweep) or a model's tensors (realistic steps).
+  std::unique_ptr<gen::UpdateGenerator> gen;
+  std::vector<kernels::cpu::TensorSpec> specs;
+  if (!o.model.empty()) {
+    if (rank == o.root) {
+      gen::GenOptions go;
+      go.model = o.model;
+      go.layers = o.layers;
+      go.vocab = o.vocab;
+      auto g = gen::UpdateGenerator::create(go);
+      if (!g.ok()) {
+        fprintf(stderr, "%s\n", g.status().to_string().c_str());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+      gen = std::move(g.value());
+      specs = gen->tensors();
+    } else {
+      auto cfg = gen::load_model_config(o.model);
+      if (!cfg.ok()) MPI_Abort(MPI_COMM_WORLD, 2);
+      specs = gen::model_tensors(cfg.value(), o.layers, o.vocab);
+    }
+    o.dtype = 9;
+  }
+  const uint32_t es = format::dtype_size(uint8_t(o.dtype));
+  if (rank == 0 && !o.json) {
+    printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", n,
+           o.impl.c_str(), o.root, kTypes[o.dtype], o.model.empty() ? "" : ", model ", o.model.c_str());
+    if (bound.known)
+      printf("# lower bound: bytes / root uplink (%.0f Mbit/s) + one-way delay to the farthest rank (%.1f ms)\n",
+             bound.uplink_Bps * 8 / 1e6, bound.delay_s * 1e3);
+    printf("#%12s %12s %9s %5s %11s %9s %9s %7s", "size", "count", "type", "root", "time(us)", "algbw", "busbw", "#wrong");
+    if (o.sparse) printf(" %8s %12s %8s", "density", "wire(B)", "ratio");
+    if (bound.known) printf(" %11s %8s", "bound(us)", "x_bound");
+    printf("\n");
+  }
+  std::vector<size_t> sizes;
+  if (!o.model.empty()) {
+    size_t total = 0;
+    for (auto& s : specs) total += s.bytes();
+    sizes.push_back(total);
+  } else {
+    for (double s = double(o.minb); s <= double(o.maxb) * 1.0001; s *= o.factor) sizes.push_back(size_t(s) / es * es);
+  }
+  int exit_code = 0;
+  for (size_t bytes : sizes) {
+    // Layout for this row.
+    std::vector<kernels::cpu::TensorSpec> layout = specs;
+    if (o.model.empty()) layout = {{"buf", uint8_t(o.dtype), bytes / es}};
+    std::vector<std::vector<uint8_t>> own(layout.size());
+    std::vector<void*> ptr(layout.size());
+    for (size_t t = 0; t < layout.size(); ++t) {
+      if (gen && rank == o.root) {
+        ptr[t] = gen->mutable_buffers()[t];
+      } else {
+        own[t].assign(layout[t].bytes(), 0);
+        if (rank == o.root)
+          for (size_t i = 0; i < own[t].size(); ++i) own[t][i] = uint8_t(i * 2654435761u >> 13);
+        ptr[t] = own[t].data();
+      }
+    }
+    uint64_t step_seed = 1;
+    auto mutate = [&] {
+      if (rank != o.root) return;
+      if (gen) gen->step();
+      else
+        for (size_t t = 0; t < layout.size(); ++t)
+          gen::mutate_exact(ptr[t], layout[t].count, es, o.density, step_seed++);
+    };
+    auto op = [&]() -> int {
+      if (o.impl == "mpi") {
+        for (size_t t = 0; t < layout.size(); ++t) {
+          size_t cnt = layout[t].count;
+          // MPI counts are int: send in pieces of at most 1 GiB.
+          for (size_t off = 0; off < cnt; off += (size_t(1) << 30) / es) {
+            size_t c = std::min(cnt - off, (size_t(1) << 30) / es);
+            MPI_Bcast(static_cast<uint8_t*>(ptr[t]) + off * es, int(c), mpi_type(o.dtype), o.root, MPI_COMM_WORLD);
+          }
+        }
+        return 0;
+      }
+      if (o.impl == "dense" || !o.sparse) {
+        sparrowGroupStart();
+        for (size_t t = 0; t < layout.size(); ++t)
+          sparrowBroadcast(ptr[t], ptr[t], layout[t].count, sparrowDataType_t(o.dtype), o.root, comm, nullptr);
+        return sparrowGroupEnd();
+      }
+      sparrowGroupStart();
+      for (size_t t = 0; t < layout.size(); ++t)
+        sparrowSparseBcast(ptr[t], ptr[t], layout[t].count, sparrowDataType_t(o.dtype), o.root, comm, nullptr);
+      return sparrowGroupEnd();
+    };
+    // Version 1 (dense for sparse_bcast) and warmup: not timed.
+    for (int w = 0; w < 1 + o.warmup; ++w) {
+      if (w > 0 && o.sparse) mutate();
+      if (op() != 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(comm));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+    double tsum = 0, wire = 0, dens = 0;
+    for (int it = 0; it < o.iters; ++it) {
+      if (o.sparse) mutate();
+      MPI_Barrier(MPI_COMM_WORLD);
+      // A barrier releases ranks up to a round trip apart on a WAN. So every rank tells the root it
+      // is about to call the broadcast, and the root starts once it heard from all: by then every
+      // receiver is waiting, and its completion time measures the broadcast, not the barrier's skew.
+      if (rank == o.root) {
+        char b;
+        for (int r = 0; r < n; ++r)
+          if (r != o.root) MPI_Recv(&b, 1, MPI_CHAR, r, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else {
+        char b = 1;
+        MPI_Send(&b, 1, MPI_CHAR, o.root, 77, MPI_COMM_WORLD);
+      }
+      double t0 = now();
+      int rc = op();
+      double done = now();
+      if (!all_same) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        done = now();
+      }
+      double last = 0;
+      MPI_Reduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, o.root, MPI_COMM_WORLD);
+      int bad = rc != 0, anybad = 0;
+      MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      if (anybad) {
+        if (rc) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
+        exit_code = 1;
+        break;
+      }
+      tsum += last - t0;
+      if (comm && rank == o.root && o.sparse && o.impl != "dense") {
+        sparrowStats st;
+        sparrowCommGetStats(comm, &st);
+        wire += double(st.wireBytes);
+        dens += st.density;
+      } else {
+        wire += double(bytes);
+        dens += o.sparse ? o.density : 1.0;
+      }
+    }
+    // Check: every rank's buffers hash like the root's.
+    int wrong = 0;
+    if (o.check) {
+      uint64_t h = 0;
+      for (size_t t = 0; t < layout.size(); ++t) h ^= XXH3_64bits(ptr[t], layout[t].bytes()) + t;
+      uint64_t h0 = h;
+      MPI_Bcast(&h0, 1, MPI_UINT64_T, o.root, MPI_COMM_WORLD);
+      int mine = h != h0;
+      MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, o.root, MPI_COMM_WORLD);
+    }
+    if (rank == o.root) {
+      double t = tsum / o.iters, w = wire / o.iters, d = dens / o.iters;
+      double algbw = double(bytes) / t / 1e9;
+      double bnd = bound.known ? bound.seconds(o.sparse && o.impl != "dense" && o.impl != "mpi" ? w : double(bytes)) : 0;
+      char line[512];
+      if (o.json) {
+        snprintf(line, sizeof line,
+                 "{\"tool\": \"%s\", \"impl\": \"%s\", \"ranks\": %d, \"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
+                 "\"root\": %d, \"time_us\": %.1f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %d, \"density\": %.5f, "
+                 "\"wire_bytes\": %.0f, \"ratio\": %.2f, \"bound_us\": %.1f, \"time_vs_bound\": %.3f, \"model\": \"%s\", "
+                 "\"scenario\": \"%s\"}",
+                 o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, kTypes[o.dtype],
+                 o.root, t * 1e6, algbw, algbw, wrong, d, w, double(bytes) / w, bnd * 1e6, bnd > 0 ? t / bnd : 0.0,
+                 o.model.c_str(), o.scenario.c_str());
+        printf("%s\n", line);
+      } else {
+        printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, kTypes[o.dtype], o.root, t * 1e6, algbw,
+               algbw, wrong);
+        if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(bytes) / w);
+        if (bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
+        printf("\n");
+      }
+      fflush(stdout);
+      if (wrong) exit_code = 1;
+    }
+    if (exit_code) break;
+  }
+  if (comm) sparrowCommDestroy(comm);
+  MPI_Finalize();
+  return exit_code;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs an MPI program with one rank per emulated host of a wanemu scenario:
+#   scripts/wanemu-mpirun.sh SCENARIO.toml PROGRAM [ARGS...]
+# mpirun itself runs inside host 0; it starts the other ranks' daemons inside their hosts through
+# `wanemu rsh`, so every byte between ranks (MPI's and sparrow's) crosses the emulated links.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+wanemu=${WANEMU:-$here/build/bin/wanemu}
+if [ "${1:-}" = "--inside" ]; then
+  shift
+  hosts=${WANEMU_ADDRS}
+  exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
+    --mca plm_rsh_agent "$wanemu rsh" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
+    -x WANEMU_SCENARIO "$@"
+fi
+if [ $# -lt 2 ]; then
+  echo "usage: $0 SCENARIO.toml PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+scenario=$1
+shift
+export WANEMU_SCENARIO=$(cd "$(dirname "$scenario")" && pwd)/$(basename "$scenario")
+exec "$wanemu" run "$scenario" --launch-in 0 -- "$here/scripts/wanemu-mpirun.sh" --inside "$@"
