@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "core/params.h"
 #include "format/bits.h"
@@ -52,24 +53,61 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
   if (n == 1) return res;
   const double slice = budget_s / double(n - 1);
   static const std::vector<uint8_t> zeros(kProbeMsg, 0);
+  // Connections first, all peers at once (each costs round trips on a WAN), then RTTs, all peers at
+  // once: the probe's time is then bounded by the budget plus a few of the longest round trips.
+  if (me == root) {
+    std::vector<Status> cs(n);
+    std::vector<std::thread> ts;
+    for (int j = 0; j < n; ++j)
+      if (j != root) ts.emplace_back([&, j] { cs[j] = net.connect(j, d); });
+    for (auto& t : ts) t.join();
+    for (auto& st : cs) SPARROW_RETURN_IF_ERROR(st);
+    const uint64_t pseq = kProbeSeq + (1ull << 41);
+    for (int i = 0; i < kPings; ++i) {
+      std::vector<Clock::time_point> sent(n);
+      std::vector<transport::SendRequestPtr> reqs;
+      for (int j = 0; j < n; ++j) {
+        if (j == root) continue;
+        sent[j] = Clock::now();
+        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(j, MsgKey{comm, pseq, uint32_t(2 * i)}, Payload{zeros.data(), 8, nullptr}, d));
+        reqs.push_back(rq);
+      }
+      // Each pong is timed when it arrives, not when we get round to it: one waiter per peer.
+      std::vector<Status> ps(n);
+      std::vector<std::thread> waiters;
+      for (int j = 0; j < n; ++j) {
+        if (j == root) continue;
+        waiters.emplace_back([&, j] {
+          auto pong = net.recv(j, MsgKey{comm, pseq, uint32_t(2 * i + 1)}, d);
+          if (!pong.ok()) {
+            ps[j] = pong.status();
+            return;
+          }
+          double rtt = secs(Clock::now() - sent[j]);
+          res.rtt_s[j] = res.rtt_s[j] < 0 ? rtt : std::min(res.rtt_s[j], rtt);
+        });
+      }
+      for (auto& w : waiters) w.join();
+      for (auto& st : ps) SPARROW_RETURN_IF_ERROR(st);
+      for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
+    }
+  } else {
+    const uint64_t pseq = kProbeSeq + (1ull << 41);
+    for (int i = 0; i < kPings; ++i) {
+      SPARROW_ASSIGN_OR_RETURN(auto ping, net.recv(root, MsgKey{comm, pseq, uint32_t(2 * i)}, d));
+      SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(root, MsgKey{comm, pseq, uint32_t(2 * i + 1)}, Payload{zeros.data(), 8, nullptr}, d));
+      SPARROW_RETURN_IF_ERROR(rq->wait(d));
+    }
+  }
   for (int j = 0; j < n; ++j) {
     if (j == root || (me != root && me != j)) continue;
     const uint64_t seq = kProbeSeq + uint64_t(j);
     if (me == root) {
-      // RTT: ping-pong.
-      double best = 1e9;
-      for (int i = 0; i < kPings; ++i) {
-        auto s = Clock::now();
-        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(j, MsgKey{comm, seq, uint32_t(2 * i)}, Payload{zeros.data(), 8, nullptr}, d));
-        SPARROW_ASSIGN_OR_RETURN(auto pong, net.recv(j, MsgKey{comm, seq, uint32_t(2 * i + 1)}, d));
-        SPARROW_RETURN_IF_ERROR(rq->wait(d));
-        best = std::min(best, secs(Clock::now() - s));
-      }
-      res.rtt_s[j] = best;
+      const double best = res.rtt_s[j];
       // Bandwidth: stream for the rest of the slice, a window of messages in flight. A slice shorter
       // than a few round trips would measure slow start, not the link: then the bandwidth stays
       // unknown (-1) rather than wrong.
-      const double stream_s = slice - kPings * best;
+      const double stream_s = slice;
       auto stop = stream_s >= 4 * best ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                             std::chrono::duration<double>(stream_s))
                                        : Clock::now();
@@ -96,11 +134,6 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
       memcpy(&v, bw.data(), 8);
       res.bw_Bps[j] = v > 0 ? v : -1;
     } else {
-      for (int i = 0; i < kPings; ++i) {
-        SPARROW_ASSIGN_OR_RETURN(auto ping, net.recv(root, MsgKey{comm, seq, uint32_t(2 * i)}, d));
-        SPARROW_ASSIGN_OR_RETURN(auto rq, net.send(root, MsgKey{comm, seq, uint32_t(2 * i + 1)}, Payload{zeros.data(), 8, nullptr}, d));
-        SPARROW_RETURN_IF_ERROR(rq->wait(d));
-      }
       SPARROW_ASSIGN_OR_RETURN(auto done, net.recv(root, MsgKey{comm, seq, 999}, d));
       if (done.size() != 4) return CorruptData("bad probe trailer from rank " + std::to_string(root));
       uint32_t count = format::load_u32(done.data());

@@ -98,7 +98,9 @@ Result<topology::Tree> tree_for(Comm& c, int root, double bytes) {
   in.rtt_s = c.probe().rtt_s;
   in.bw_Bps = c.probe().bw_Bps;
   in.message_bytes = bytes;
-  return topology::build_tree("", in);
+  auto t = topology::build_tree("", in);
+  if (t.ok() && c.rank() == root && log::level() >= log::Level::kInfo) SPARROW_INFO("%s", t->format().c_str());
+  return t;
 }
 
 std::shared_ptr<std::vector<uint8_t>> share(std::vector<uint8_t>&& v) {

@@ -1,5 +1,7 @@
 #include "transport/net.h"
 
+#include <thread>
+
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/tcp/socket.h"
@@ -76,18 +78,42 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
   if (chans_[peer]) return chans_[peer].get();
   std::vector<ConnPtr> conns;
   if (rank_ < peer) {
+    // Another thread may be connecting to this peer already: wait for it rather than race it.
+    if (connecting_.count(peer)) {
+      if (!cv_.wait_until(lk, d, [&] { return !connecting_.count(peer) || !aborted_.ok(); }))
+        return Error(Code::kTimeout, "connecting to " + desc(peer) + " timed out");
+      if (!aborted_.ok()) return aborted_;
+      if (chans_[peer]) return chans_[peer].get();
+    }
+    connecting_.insert(peer);
     std::string addr = addrs_[peer];
     lk.unlock();
-    if (addr.empty()) return Error(Code::kInvalidUsage, "address of " + desc(peer) + " is unknown");
-    for (int s = 0; s < nstreams_; ++s) {
-      auto c = be_->connect(addr, peer, s, mail_[peer].get(), d);
-      if (!c.ok()) {
-        for (auto& x : conns) x->close();
-        return std::move(c).take_status().context("rank " + std::to_string(rank_) + " connecting to " + desc(peer));
-      }
-      conns.push_back(c.value());
+    auto done = [&](Status s) {
+      std::lock_guard<std::mutex> g(mu_);
+      connecting_.erase(peer);
+      cv_.notify_all();
+      return s;
+    };
+    if (addr.empty()) return done(Error(Code::kInvalidUsage, "address of " + desc(peer) + " is unknown"));
+    // The streams connect in parallel: each costs a TCP handshake and the authentication round trips,
+    // which add up on a WAN.
+    std::vector<Result<ConnPtr>> res(nstreams_, Status(Code::kInternalError, "not connected"));
+    std::vector<std::thread> ts;
+    for (int s = 0; s < nstreams_; ++s)
+      ts.emplace_back([&, s] { res[s] = be_->connect(addr, peer, s, mail_[peer].get(), d); });
+    for (auto& t : ts) t.join();
+    Status bad;
+    for (auto& r : res) {
+      if (r.ok()) conns.push_back(r.value());
+      else if (bad.ok()) bad = r.status();
+    }
+    if (!bad.ok()) {
+      for (auto& x : conns) x->close();
+      return done(std::move(bad).context("rank " + std::to_string(rank_) + " connecting to " + desc(peer)));
     }
     lk.lock();
+    connecting_.erase(peer);
+    cv_.notify_all();
     if (!aborted_.ok()) {
       for (auto& x : conns) x->close();
       return aborted_;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,7 @@ class Net {
   std::condition_variable cv_;
   std::vector<std::vector<ConnPtr>> accepted_;  // [peer][stream]
   std::vector<std::unique_ptr<Channel>> chans_;
+  std::set<int> connecting_;  // peers a thread is connecting to right now
   Status aborted_;
 };
 

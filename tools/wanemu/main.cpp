@@ -330,7 +330,15 @@ int main(int argc, char** argv) {
   }
   std::string c = argv[1];
   if (c == "run") return cmd_run(argc, argv);
-  if (c == "selftest") return cmd_selftest(argv[0]);
+  if (c == "selftest") {
+    if (argc > 2 && !strcmp(argv[2], "--probe-only")) {  // can this machine emulate at all?
+      std::string why;
+      bool ok = can_emulate(&why);
+      printf("%s\n", ok ? "wanemu: available" : ("wanemu: unavailable (" + why + ")").c_str());
+      return ok ? 0 : 1;
+    }
+    return cmd_selftest(argv[0]);
+  }
   if (c == "enter") {
     int i = 2;
     if (i < argc && !strcmp(argv[i], "--")) ++i;

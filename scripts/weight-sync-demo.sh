@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The weight-sync demo: a trainer and 7 rollout workers in 4 emulated regions (wanemu, when this
+# machine allows it: root and /dev/net/tun), else plain loopback, and it says so.
+#   scripts/weight-sync-demo.sh [sparrow-weight-sync options, e.g. --steps 10]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=build/bin
+args=(--model qwen3-0.6b --layers 2 --vocab 1024 --steps 10 "$@")
+export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-cubic}
+if "$bin/wanemu" selftest --probe-only >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ]; then
+  echo "== emulated WAN: bench/scenarios/four_regions.toml (us, eu, ap, sa; RTT 20-200 ms; 1 Gbit/s access links)"
+  for attempt in 1 2; do
+    if timeout 600 scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml "$bin/sparrow-weight-sync" "${args[@]}"; then
+      exit 0
+    fi
+    pkill -9 orted 2>/dev/null
+    echo "== attempt $attempt did not finish; retrying" >&2
+  done
+  echo "== the emulated run failed twice; falling back to loopback" >&2
+else
+  echo "== NOTE: no WAN emulation here (needs root and /dev/net/tun): running on plain loopback, no link model"
+fi
+export SPARROW_SOCKET_IFNAME=lo
+exec timeout 600 mpirun --allow-run-as-root --oversubscribe -np 8 --mca btl self,tcp --mca btl_tcp_if_include lo \
+  --mca oob_tcp_if_include lo -x SPARROW_SOCKET_IFNAME -x SPARROW_TCP_CONGESTION "$bin/sparrow-weight-sync" "${args[@]}"
