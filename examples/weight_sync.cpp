@@ -9,6 +9,7 @@
 //   scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml build/bin/sparrow-weight-sync
 #include <getopt.h>
 #include <mpi.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <chrono>
@@ -26,24 +27,43 @@
 using namespace sparrow;
 
 namespace {
+
+// Waits for an MPI request without spinning: Open MPI busy-polls inside blocking calls, and on a
+// small machine ranks that finished early would steal the CPU from the ranks (and the emulator)
+// still working, inflating what is measured.
+void lazy_wait(MPI_Request* r) {
+  int done = 0;
+  while (!done) {
+    MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    if (!done) usleep(200);
+  }
+}
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Times one collective the way a trainer sees it: from the moment every worker is waiting to the
 // moment the last one has the weights.
 template <typename F>
 double timed(int rank, int n, F op, int* rc) {
-  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Request q;
+  MPI_Ibarrier(MPI_COMM_WORLD, &q);
+  lazy_wait(&q);
   char b = 1;
   if (rank == 0)
-    for (int r = 1; r < n; ++r) MPI_Recv(&b, 1, MPI_CHAR, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int r = 1; r < n; ++r) {
+      MPI_Irecv(&b, 1, MPI_CHAR, r, 7, MPI_COMM_WORLD, &q);
+      lazy_wait(&q);
+    }
   else
     MPI_Send(&b, 1, MPI_CHAR, 0, 7, MPI_COMM_WORLD);
   double t0 = now();
   *rc = op();
   double done = now(), last = 0;
-  MPI_Reduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Ireduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, &q);
+  lazy_wait(&q);
   int bad = *rc != 0, any = 0;
-  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
+  lazy_wait(&q);
   if (any) *rc = 1;
   return last - t0;
 }

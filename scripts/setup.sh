@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libzstd-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin libucx-dev libhwloc-dev
-      libssl-dev clang libclang-rt-14-dev iperf3 iproute2 python3)
+      libssl-dev clang libclang-rt-14-dev iperf3 iproute2 util-linux procps python3 python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

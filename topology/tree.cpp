@@ -15,7 +15,8 @@ params::StringParam kAlgo("ALGO", "auto",
                           {"auto", "flat", "chain", "binomial", "region_tree", "two_level"});
 
 constexpr double kLanRtt = 200e-6;       // assumed RTT between ranks of one region when not probed
-constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a link was not probed
+constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a nearby link was not probed
+constexpr double kWanBw = 1.25e8;        // 1 Gbit/s when a far link (RTT > 5 ms) was not probed
 constexpr double kChunkBytes = 1 << 20;  // pipelining granularity of the cost model
 
 Tree empty_tree(const std::string& algo, const TreeInput& in) {
@@ -39,8 +40,13 @@ std::vector<int> others(const TreeInput& in) {
   return v;
 }
 
-double bw_of(const TreeInput& in, int r) { return r < int(in.bw_Bps.size()) && in.bw_Bps[r] > 0 ? in.bw_Bps[r] : kDefaultBw; }
 double rtt_of(const TreeInput& in, int r) { return r < int(in.rtt_s.size()) && in.rtt_s[r] > 0 ? in.rtt_s[r] : kLanRtt; }
+// Unmeasured bandwidth: a LAN guess for nearby ranks, a WAN guess (1 Gbit/s) for far ones, so the
+// model still sees that crossing a region boundary is expensive.
+double bw_of(const TreeInput& in, int r) {
+  if (r < int(in.bw_Bps.size()) && in.bw_Bps[r] > 0) return in.bw_Bps[r];
+  return rtt_of(in, r) > 5e-3 ? kWanBw : kDefaultBw;
+}
 
 }  // namespace
 
