@@ -7,6 +7,7 @@
 
 #include "api/api_internal.h"
 #include "core/params.h"
+#include "core/strings.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
 #include "topology/tree.h"
@@ -54,18 +55,6 @@ static int probe(int n) {
   printf("%s", c->probe().format().c_str());
   for (auto cm : comms) sparrowCommDestroy(cm);
   return 0;
-}
-
-static std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
 }
 
 static int tree(int argc, char** argv, int i) {

@@ -1,5 +1,7 @@
 #include "tools/wanemu/emulator.h"
 
+#include "core/strings.h"
+
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -361,17 +363,6 @@ int enter_and_exec(const std::vector<std::string>& argv) {
     fprintf(stderr, "wanemu enter: run it under `wanemu run SCENARIO --launcher -- mpirun ... wanemu enter -- prog`\n");
     return 2;
   }
-  auto split = [](std::string s) {
-    std::vector<std::string> v;
-    size_t b = 0;
-    while (b <= s.size()) {
-      size_t e = s.find(',', b);
-      if (e == std::string::npos) e = s.size();
-      v.push_back(s.substr(b, e - b));
-      b = e + 1;
-    }
-    return v;
-  };
   auto pids = split(ns), names = split(ifs), rg = split(regs ? regs : "");
   int rank = atoi(rank_s);
   if (rank < 0 || rank >= int(pids.size())) {

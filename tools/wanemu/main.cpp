@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/strings.h"
 #include "tools/wanemu/emulator.h"
 
 using namespace sparrow;
@@ -375,17 +376,6 @@ int main(int argc, char** argv) {
     std::string target = argv[a];
     std::string line;
     for (int k = a + 1; k < argc; ++k) line += std::string(k > a + 1 ? " " : "") + argv[k];
-    auto split = [](std::string s) {
-      std::vector<std::string> v;
-      size_t b = 0;
-      while (b <= s.size()) {
-        size_t e = s.find(',', b);
-        if (e == std::string::npos) e = s.size();
-        v.push_back(s.substr(b, e - b));
-        b = e + 1;
-      }
-      return v;
-    };
     const char* regs = getenv("WANEMU_REGIONS");
     auto av = split(addrs), pv = split(pids), iv = split(ifs), rv = split(regs ? regs : "");
     for (size_t h = 0; h < av.size(); ++h) {
