@@ -20,54 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/coll/mpi_timing.h"
 #include "gen/generator.h"
 #include "sparrow/sparrow.h"
 #include "tools/wanemu/scenario.h"
 
 using namespace sparrow;
 
-namespace {
-
-// Waits for an MPI request without spinning: Open MPI busy-polls inside blocking calls, and on a
-// small machine ranks that finished early would steal the CPU from the ranks (and the emulator)
-// still working, inflating what is measured.
-void lazy_wait(MPI_Request* r) {
-  int done = 0;
-  while (!done) {
-    MPI_Test(r, &done, MPI_STATUS_IGNORE);
-    if (!done) usleep(200);
-  }
-}
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// Times one collective the way a trainer sees it: from the moment every worker is waiting to the
-// moment the last one has the weights.
-template <typename F>
-double timed(int rank, int n, F op, int* rc) {
-  MPI_Request q;
-  MPI_Ibarrier(MPI_COMM_WORLD, &q);
-  lazy_wait(&q);
-  char b = 1;
-  if (rank == 0)
-    for (int r = 1; r < n; ++r) {
-      MPI_Irecv(&b, 1, MPI_CHAR, r, 7, MPI_COMM_WORLD, &q);
-      lazy_wait(&q);
-    }
-  else
-    MPI_Send(&b, 1, MPI_CHAR, 0, 7, MPI_COMM_WORLD);
-  double t0 = now();
-  *rc = op();
-  double done = now(), last = 0;
-  MPI_Ireduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, &q);
-  lazy_wait(&q);
-  int bad = *rc != 0, any = 0;
-  MPI_Iallreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &q);
-  lazy_wait(&q);
-  if (any) *rc = 1;
-  return last - t0;
-}
-}  // namespace
+using bench::timed_collective;
 
 int main(int argc, char** argv) {
   std::string model = "qwen3-4b";
@@ -166,9 +126,9 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   int rc = 0;
-  double t_first = timed(rank, n, sparse, &rc);  // version 1: dense, through sparse_bcast
+  double t_first = timed_collective(rank, 0, n, true, sparse, &rc);  // version 1: dense, through sparse_bcast
   if (rc) MPI_Abort(MPI_COMM_WORLD, 1);
-  double t_dense = timed(rank, n, dense, &rc);  // what a plain dense broadcast of the model costs
+  double t_dense = timed_collective(rank, 0, n, true, dense, &rc);  // what a plain dense broadcast of the model costs
   if (rc) MPI_Abort(MPI_COMM_WORLD, 1);
   int wrong = check();
   if (rank == 0) {
@@ -182,7 +142,7 @@ int main(int argc, char** argv) {
   int bad_steps = wrong ? 1 : 0;
   for (int s = 1; s <= steps; ++s) {
     if (rank == 0) trainer->step();
-    double t = timed(rank, n, sparse, &rc);
+    double t = timed_collective(rank, 0, n, true, sparse, &rc);
     if (rc) {
       if (rank == 0) fprintf(stderr, "step %d failed: %s\n", s, sparrowGetLastError(comm));
       MPI_Abort(MPI_COMM_WORLD, 1);

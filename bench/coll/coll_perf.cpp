@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/coll/mpi_timing.h"
 #include "format/checkpoint.h"
 #include "gen/generator.h"
 #include "sparrow/sparrow.h"
@@ -32,18 +33,7 @@ using namespace sparrow;
 namespace {
 
 
-// Waits for an MPI request without spinning: Open MPI busy-polls inside blocking calls, and on a
-// small machine ranks that finished early would steal the CPU from the ranks (and the emulator)
-// still working, inflating what is measured.
-void lazy_wait(MPI_Request* r) {
-  int done = 0;
-  while (!done) {
-    MPI_Test(r, &done, MPI_STATUS_IGNORE);
-    if (!done) usleep(200);
-  }
-}
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using bench::now;
 
 struct Opts {
   bool sparse = true;
@@ -293,44 +283,14 @@ int main(int argc, char** argv) {
     double tsum = 0, wire = 0, dens = 0;
     for (int it = 0; it < o.iters; ++it) {
       if (o.sparse) mutate();
-      MPI_Request br;
-      MPI_Ibarrier(MPI_COMM_WORLD, &br);
-      lazy_wait(&br);
-      // A barrier releases ranks up to a round trip apart on a WAN. So every rank tells the root it
-      // is about to call the broadcast, and the root starts once it heard from all: by then every
-      // receiver is waiting, and its completion time measures the broadcast, not the barrier's skew.
-      if (rank == o.root) {
-        std::vector<char> b(n);
-        for (int r = 0; r < n; ++r) {
-          if (r == o.root) continue;
-          MPI_Request q;
-          MPI_Irecv(&b[r], 1, MPI_CHAR, r, 77, MPI_COMM_WORLD, &q);
-          lazy_wait(&q);
-        }
-      } else {
-        char b = 1;
-        MPI_Send(&b, 1, MPI_CHAR, o.root, 77, MPI_COMM_WORLD);
-      }
-      double t0 = now();
-      int rc = op();
-      double done = now();
-      if (!all_same) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        done = now();
-      }
-      double last = 0;
-      MPI_Request rq;
-      MPI_Ireduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, o.root, MPI_COMM_WORLD, &rq);
-      lazy_wait(&rq);
-      int bad = rc != 0, anybad = 0;
-      MPI_Iallreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq);
-      lazy_wait(&rq);
-      if (anybad) {
-        if (rc) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
+      int rc = 0;
+      double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc);
+      if (rc) {
+        if (rc > 0) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
         exit_code = 1;
         break;
       }
-      tsum += last - t0;
+      tsum += took;
       if (comm && rank == o.root && o.sparse && o.impl != "dense") {
         sparrowStats st;
         sparrowCommGetStats(comm, &st);
