@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Turns sparse_bcast_perf / broadcast_perf JSON lines into plots (matplotlib, Debian's python3-matplotlib).
 
-    python3 bench/plot.py results.jsonl [more.jsonl ...] -o plots/
+    bench/plot.py results.jsonl [more.jsonl ...] -o plots/   (Debian's /usr/bin/python3)
 
 Writes: time_vs_density.png (sync time against density, per impl), sparse_vs_dense.png (time per impl
 and scenario), time_vs_size.png (time against buffer size, per impl).
