@@ -1,7 +1,9 @@
 // The only file with extern "C" definitions: validate arguments, call C++, map Status codes.
 #include "sparrow/sparrow.h"
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <string>
 
@@ -21,7 +23,18 @@ static_assert(sizeof(sparrowUniqueId) == sparrow::bootstrap::kIdBytes, "unique i
 
 struct sparrowComm {
   std::unique_ptr<sparrow::Comm> impl;
+  // Calls running on this communicator: sparrowCommAbort (from another thread) aborts, waits for
+  // them to return (every wait fails once aborted), and only then frees.
+  std::atomic<int> in_use{0};
 };
+
+namespace {
+struct InUse {
+  sparrowComm* c;
+  explicit InUse(sparrowComm* comm) : c(comm) { c->in_use.fetch_add(1); }
+  ~InUse() { c->in_use.fetch_sub(1); }
+};
+}  // namespace
 
 namespace sparrow {
 Comm* comm_impl(sparrowComm_t c) { return c ? c->impl.get() : nullptr; }
@@ -79,6 +92,7 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     if (done[i]) continue;
     sparrow::Status s;
+    InUse guard(ops[i].comm);
     if (!ops[i].sparse) {
       s = sparrow::coll::broadcast(*ops[i].comm->impl, ops[i].buf, ops[i].root);
     } else {
@@ -151,6 +165,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommDestroy(sparrowComm_t comm) {
 SPARROW_EXPORT sparrowResult_t sparrowCommAbort(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommAbort: comm is NULL");
   comm->impl->abort();
+  while (comm->in_use.load() > 0) std::this_thread::yield();  // they return promptly: every wait fails now
   delete comm;
   return sparrowSuccess;
 }

@@ -262,3 +262,32 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AlgoTest, ::testing::Values("flat", "chain"
 
 }  // namespace
 }  // namespace sparrow
+
+namespace sparrow {
+namespace {
+
+TEST(AbortTest, AbortFromAnotherThreadUnblocksAWaitingReceiver) {
+  ASSERT_TRUE(params::set_override("PROBE_MS", "20").ok());
+  test::Comms cs(2);
+  std::vector<float> buf(1000, 0.f);
+  std::atomic<int> rc{-1};
+  std::atomic<bool> calling{false};
+  std::thread receiver([&] {
+    calling = true;
+    // The root never calls: this waits until the abort.
+    rc = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowFloat32, 0, cs.c[1], nullptr);
+  });
+  // Abort must not race the start of the call it is meant to interrupt (that would be the caller's
+  // bug): give the receiver time to get into its wait. No sleep: the abort works whenever it lands.
+  while (!calling) std::this_thread::yield();
+  for (int i = 0; i < 20000 && rc.load() == -1; ++i) std::this_thread::yield();
+  EXPECT_EQ(sparrowCommAbort(cs.c[1]), sparrowSuccess);
+  cs.c[1] = nullptr;
+  receiver.join();
+  EXPECT_NE(rc.load(), sparrowSuccess);
+  EXPECT_NE(rc.load(), -1);
+  params::clear_overrides();
+}
+
+}  // namespace
+}  // namespace sparrow
