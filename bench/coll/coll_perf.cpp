@@ -33,7 +33,6 @@ using namespace sparrow;
 namespace {
 
 
-using bench::now;
 
 struct Opts {
   bool sparse = true;

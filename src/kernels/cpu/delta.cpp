@@ -262,30 +262,35 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     }
     ValueCodec vc = ValueCodec::kOverwrite;
     std::span<const uint8_t> vals;
-    if (isz + k * es >= raw) {
-      // Not smaller than the raw chunk: send it dense.
+    // Not smaller than the raw chunk: send the whole range (zstd on byte planes when `compress`).
+    auto send_dense = [&](bool compress) -> Status {
       ic = IndexCodec::kDense;
+      vc = ValueCodec::kOverwrite;
       h.change_count = b.n;
       vals = std::span<const uint8_t>(cur, raw);
-      if (opt.compress_dense && !opt.paper_format) {
+      if (compress) {
         s.val.clear();
-        Status e = format::encode_values(ValueCodec::kOverwriteZstd, nullptr, cur, b.n, es, opt.zstd_level, s.zs, s.val);
-        if (!e.ok()) return fail(std::move(e));
-        if (s.val.size() < raw) { vc = ValueCodec::kOverwriteZstd; vals = s.val; }
+        SPARROW_RETURN_IF_ERROR(
+            format::encode_values(ValueCodec::kOverwriteZstd, nullptr, cur, b.n, es, opt.zstd_level, s.zs, s.val));
+        if (s.val.size() < raw) {
+          vc = ValueCodec::kOverwriteZstd;
+          vals = s.val;
+        }
       }
       s.idx.clear();
       ws.dense_chunks++;
+      return Status::Ok();
+    };
+    if (isz + k * es >= raw) {
+      Status e = send_dense(opt.compress_dense && !opt.paper_format);
+      if (!e.ok()) return fail(std::move(e));
     } else {
       auto bv = best_values(s.oldv.data(), s.newv.data(), k, es, true, opt, s);
       if (!bv.ok()) return fail(std::move(bv).take_status());
       vc = bv.value();
       if (isz + s.best.size() >= raw) {
-        ic = IndexCodec::kDense;
-        vc = ValueCodec::kOverwrite;
-        h.change_count = b.n;
-        vals = std::span<const uint8_t>(cur, raw);
-        s.idx.clear();
-        ws.dense_chunks++;
+        Status e = send_dense(false);
+        if (!e.ok()) return fail(std::move(e));
       } else {
         h.change_count = uint32_t(k);
         vals = s.best;

@@ -79,6 +79,9 @@ class TcpConn : public Conn, public Handle {
     SendDone done;
   };
   void flush();
+  // recv() without blocking: bytes read, 0 when the socket has nothing now, -1 when the connection
+  // failed (fail() has run).
+  ssize_t read_some(uint8_t* dst, size_t n);
   TcpBackend* be_;
   int fd_;
   int rank_, stream_;
@@ -243,17 +246,27 @@ void TcpConn::fail(const Status& why) {
   if (sink_) sink_->conn_failed(this, why);
 }
 
+ssize_t TcpConn::read_some(uint8_t* dst, size_t n) {
+  while (true) {
+    ssize_t r = recv(fd_, dst, n, MSG_DONTWAIT);
+    if (r > 0) return r;
+    if (r == 0) {
+      fail(closed_status());
+      return -1;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    fail(Error(Code::kPeerLost, "connection to " + desc() + " lost: " + strerror(errno)));
+    return -1;
+  }
+}
+
 void TcpConn::on_readable() {
   size_t budget = kReadBudget;
   while (budget > 0) {
     if (!in_payload_) {
-      ssize_t r = recv(fd_, rhdr_ + rhdr_got_, kFrameHeaderBytes - rhdr_got_, MSG_DONTWAIT);
-      if (r == 0) return fail(closed_status());
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        return fail(Error(Code::kPeerLost, "connection to " + desc() + " lost: " + strerror(errno)));
-      }
+      ssize_t r = read_some(rhdr_ + rhdr_got_, kFrameHeaderBytes - rhdr_got_);
+      if (r <= 0) return;
       rhdr_got_ += size_t(r);
       budget -= std::min(budget, size_t(r));
       if (rhdr_got_ < kFrameHeaderBytes) continue;
@@ -269,13 +282,8 @@ void TcpConn::on_readable() {
       in_payload_ = true;
     }
     if (pay_got_ < cur_.len) {
-      ssize_t r = recv(fd_, dest_ + pay_got_, cur_.len - pay_got_, MSG_DONTWAIT);
-      if (r == 0) return fail(closed_status());
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        return fail(Error(Code::kPeerLost, "connection to " + desc() + " lost: " + strerror(errno)));
-      }
+      ssize_t r = read_some(dest_ + pay_got_, cur_.len - pay_got_);
+      if (r <= 0) return;
       pay_got_ += size_t(r);
       budget -= std::min(budget, size_t(r));
     }
