@@ -4,8 +4,10 @@
  * This header mirrors NCCL's: types and numeric values match ncclDataType_t / ncclResult_t where NCCL
  * has them. It is C99 and C++ compatible. Only symbols starting with `sparrow` are exported.
  *
- * Buffers are host memory in this release (stream must be NULL); device buffers come with the CUDA
- * build.
+ * Buffers are host memory, or CUDA device memory when libsparrow_cuda.so (built with nvcc) is found
+ * next to libsparrow and a GPU is present. For device buffers the call is stream-ordered: it starts
+ * after the work already queued on `stream` and the data is in place when it returns, so work queued
+ * later on the stream sees it. A non-NULL stream without device support is sparrowInvalidArgument.
  */
 #ifndef SPARROW_SPARROW_H_
 #define SPARROW_SPARROW_H_

@@ -12,6 +12,7 @@
 #include "collectives/bcast.h"
 #include "format/checkpoint.h"
 #include "collectives/comm.h"
+#include "kernels/device.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -59,7 +60,18 @@ struct PendingOp {
   sparrowComm* comm;
   sparrow::coll::BufferArg buf;
   int root;
+  sparrowStream_t stream = nullptr;
 };
+
+// Stream order for device buffers: the operation starts after the work queued on `stream` and is
+// complete when the call returns, so work queued later on the stream sees the data.
+sparrow::Status wait_for_stream(const PendingOp& op) {
+  auto* dev = sparrow::kernels::device_ops();
+  if (!dev) return sparrow::Status::Ok();
+  if (!op.stream && !sparrow::kernels::is_device(dev, op.buf.send) && !sparrow::kernels::is_device(dev, op.buf.recv))
+    return sparrow::Status::Ok();
+  return sparrow::kernels::device_error(dev, dev->sync_stream(op.stream), "waiting for the caller's stream");
+}
 thread_local int t_group_depth = 0;
 thread_local std::vector<PendingOp> t_group;
 
@@ -71,7 +83,9 @@ sparrow::Status check_args(sparrowComm* comm, const void* sendbuff, void* recvbu
   if (root < 0 || root >= comm->impl->nranks())
     return sparrow::InvalidArgument(f + ": root " + std::to_string(root) + " out of range for " +
                                     std::to_string(comm->impl->nranks()) + " ranks");
-  if (stream) return sparrow::InvalidArgument(f + ": this build takes host buffers only (stream must be NULL)");
+  if (stream && !sparrow::kernels::device_ops())
+    return sparrow::InvalidArgument(f + ": a stream was given but this process has no device support (" +
+                                    sparrow::kernels::device_unavailable_reason() + ")");
   if (count > 0) {
     if (comm->impl->rank() == root && !sendbuff) return sparrow::InvalidArgument(f + ": sendbuff is NULL on the root");
     if (comm->impl->rank() != root && !recvbuff) return sparrow::InvalidArgument(f + ": recvbuff is NULL");
@@ -89,6 +103,10 @@ sparrowResult_t run(sparrowComm* comm, const sparrow::Status& s) {
 sparrowResult_t flush_group(std::vector<PendingOp> ops) {
   sparrowResult_t first = sparrowSuccess;
   std::vector<bool> done(ops.size(), false);
+  for (auto& op : ops) {
+    sparrow::Status s = wait_for_stream(op);
+    if (!s.ok()) return fail(s, op.comm);
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     if (done[i]) continue;
     sparrow::Status s;
@@ -193,7 +211,7 @@ SPARROW_EXPORT sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recv
                                                 sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowBroadcast");
   if (!s.ok()) return fail(s, comm);
-  return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root});
+  return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatype, int root,
@@ -206,7 +224,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* re
                                                   sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcast");
   if (!s.ok()) return fail(s, comm);
-  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root});
+  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {

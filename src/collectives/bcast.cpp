@@ -9,6 +9,7 @@
 #include "core/params.h"
 #include "format/bits.h"
 #include "format/checkpoint.h"
+#include "kernels/device.h"
 #include "topology/tree.h"
 
 namespace sparrow::coll {
@@ -246,6 +247,13 @@ Status broadcast(Comm& c, const BufferArg& b, int root) {
     h.segment = seg;
     SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
     const uint8_t* src = static_cast<const uint8_t*>(b.send);
+    // A device buffer goes through host staging (the transport reads host memory).
+    std::vector<uint8_t> staging;
+    if (bytes && kernels::is_device(kernels::device_ops(), src)) {
+      staging.resize(bytes);
+      SPARROW_RETURN_IF_ERROR(kernels::copy_any(staging.data(), src, bytes));
+      src = staging.data();
+    }
     for (size_t i = 0; i < nseg; ++i) {
       size_t off = i * seg, n = std::min(seg, bytes - off);
       for (int kid : kids) {
@@ -254,7 +262,7 @@ Status broadcast(Comm& c, const BufferArg& b, int root) {
         reqs.push_back(r.value());
       }
     }
-    if (b.recv && b.recv != b.send && bytes) memcpy(b.recv, b.send, bytes);
+    if (b.recv && b.recv != b.send && bytes) SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, src, bytes));
     for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
     // Agreement: every rank reports; a mismatched call fails everywhere.
     for (int r = 0; r < c.nranks(); ++r) {
@@ -277,7 +285,8 @@ Status broadcast(Comm& c, const BufferArg& b, int root) {
     // On a mismatch the data still flows to the children (their calls may be right), through scratch.
     std::vector<uint8_t> scratch;
     uint8_t* dst = static_cast<uint8_t*>(b.recv);
-    if (!result.ok()) {
+    const bool to_device = result.ok() && rbytes && kernels::is_device(kernels::device_ops(), dst);
+    if (!result.ok() || to_device) {  // a device buffer is received through host staging
       scratch.resize(rbytes);
       dst = scratch.data();
     }
@@ -292,6 +301,7 @@ Status broadcast(Comm& c, const BufferArg& b, int root) {
       }
     }
     for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
+    if (to_device) result = kernels::copy_any(b.recv, dst, rbytes);
     auto ack = share(ack_bytes(result, false));
     SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
     Status v = recv_verdict(c, seq, root, d);
@@ -378,7 +388,8 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
     }
     // The root's own receive buffer gets the data too (not in place).
     for (auto& b : bufs)
-      if (b.recv && b.recv != b.send && b.count) memcpy(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype)));
+      if (b.recv && b.recv != b.send && b.count)
+        SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
     CollState::PendingAck pa{seq, key, {}};
     for (int r = 0; r < c.nranks(); ++r)
       if (r != me) pa.ranks.push_back(r);

@@ -41,7 +41,7 @@ std::vector<Block> make_blocks(const std::vector<TensorSpec>& ts, uint32_t ce) {
 
 struct EncScratch {
   std::vector<uint32_t> pos;
-  std::vector<uint8_t> oldv, newv, idx, val, best, zs;
+  std::vector<uint8_t> oldv, newv, idx, val, best, zs, host;  // host: a device chunk's bytes
 };
 
 void merge(EncodeStats& a, const EncodeStats& b) {
@@ -87,9 +87,18 @@ uint32_t default_chunk_elems() { return uint32_t(kChunkElems.get()); }
 
 DeltaEncoder::DeltaEncoder(std::vector<TensorSpec> tensors) : tensors_(std::move(tensors)) {}
 
+DeltaEncoder::~DeltaEncoder() { free_device_shadow(); }
+
+void DeltaEncoder::free_device_shadow() {
+  for (void* p : dshadow_)
+    if (p) dev_->free(p, dshadow_host_);
+  dshadow_.clear();
+}
+
 void DeltaEncoder::reset() {
   have_shadow_ = false;
   shadow_.clear();
+  free_device_shadow();
   digests_.clear();
 }
 
@@ -121,6 +130,7 @@ Result<std::vector<uint8_t>> DeltaEncoder::encode_stream(std::span<const void* c
 Result<std::vector<uint8_t>> DeltaEncoder::snapshot(std::span<const void* const> current, const EncodeOptions& opt) const {
   DeltaEncoder tmp(tensors_);
   tmp.version_ = version_ > 0 ? version_ - 1 : 0;
+  tmp.keep_shadow_ = false;
   return tmp.encode(current, opt);
 }
 
@@ -141,9 +151,36 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   int threads = opt.threads > 0 ? opt.threads : kernel_threads();
   ExtractFn extract = extract_fn(isa_supported(opt.isa) ? opt.isa : Isa::kScalar);
 
+  // Device buffers: the shadow follows the buffer. A buffer that moved between host and device since
+  // the last version starts over with a full snapshot.
+  DeviceOps* dev = device_ops();
+  std::vector<uint8_t> on_dev(tensors_.size(), 0);
+  for (size_t t = 0; t < tensors_.size(); ++t) on_dev[t] = tensors_[t].count && is_device(dev, current[t]);
+  if (!full) {
+    for (size_t t = 0; t < tensors_.size(); ++t)
+      if (bool(on_dev[t]) != (t < dshadow_.size() && dshadow_[t] != nullptr)) full = true;
+    if (full) SPARROW_INFO("a buffer moved between host and device memory: sending a full snapshot");
+  }
   if (full) {
     shadow_.assign(tensors_.size(), {});
-    for (size_t t = 0; t < tensors_.size(); ++t) shadow_[t].resize(tensors_[t].bytes());
+    free_device_shadow();
+    if (keep_shadow_) {
+      dshadow_.assign(tensors_.size(), nullptr);
+      dev_ = dev;
+      dshadow_host_ = shadow_on_host();
+      for (size_t t = 0; t < tensors_.size(); ++t) {
+        if (!on_dev[t]) {
+          shadow_[t].resize(tensors_[t].bytes());
+        } else {
+          int e = dev->alloc(&dshadow_[t], tensors_[t].bytes(), dshadow_host_);
+          if (e) {
+            dshadow_[t] = nullptr;
+            return device_error(dev, e, "allocating the shadow of a device buffer").context(
+                "tensor '" + tensors_[t].name + "' (" + std::to_string(tensors_[t].bytes()) + " bytes)");
+          }
+        }
+      }
+    }
   }
   format::Header hd;
   hd.flags = full ? format::kFlagFull : 0;
@@ -177,8 +214,12 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   parallel_for(blocks.size(), threads, [&](size_t bi, int w) {
     const Block& b = blocks[bi];
     const uint32_t es = tensors_[b.tensor].elem_size();
+    const bool dv = on_dev[b.tensor];
     const uint8_t* cur = static_cast<const uint8_t*>(current[b.tensor]) + b.begin * es;
-    uint8_t* sh = shadow_[b.tensor].data() + b.begin * es;
+    uint8_t* sh = !keep_shadow_ ? nullptr
+                  : dv          ? static_cast<uint8_t*>(dshadow_[b.tensor]) + b.begin * es
+                                : shadow_[b.tensor].data() + b.begin * es;
+    const uint8_t* dcur = cur;  // the device address (for a device buffer, cur becomes a host copy)
     EncodeStats& ws = wstats[w];
     EncScratch& s = scratch[w];
     ws.elements += b.n;
@@ -186,13 +227,27 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
       std::lock_guard<std::mutex> lk(err_mu);
       if (first_error.ok()) first_error = std::move(e);
     };
+    // A device chunk's bytes on the host (for dense chunks only: sparse ones need just the changes).
+    auto to_host = [&]() -> Status {
+      if (!dv) return Status::Ok();
+      s.host.resize(size_t(b.n) * es);
+      SPARROW_RETURN_IF_ERROR(device_error(dev, dev->copy(s.host.data(), dcur, s.host.size()), "copying a chunk to the host"));
+      cur = s.host.data();
+      return Status::Ok();
+    };
     ChunkHeader h;
     h.tensor = b.tensor;
     h.elem_begin = b.begin;
     h.elem_count = b.n;
     if (full) {
       double t0 = now_s();
-      memcpy(sh, cur, size_t(b.n) * es);
+      if (Status e = to_host(); !e.ok()) return fail(std::move(e));
+      if (sh && dv) {
+        if (Status e = device_error(dev, dev->copy(sh, dcur, size_t(b.n) * es), "refreshing the shadow"); !e.ok())
+          return fail(std::move(e));
+      } else if (sh) {
+        memcpy(sh, cur, size_t(b.n) * es);
+      }
       dig[bi] = format::digest_range(b.tensor, cur, b.begin, b.n, es);
       double t1 = now_s();
       ValueCodec vc = ValueCodec::kOverwrite;
@@ -236,7 +291,15 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
       s.newv.resize(size_t(ce) * es);
     }
     double t0 = now_s();
-    size_t k = extract(cur, sh, b.n, es, s.pos.data(), s.oldv.data(), s.newv.data());
+    size_t k = 0;
+    if (dv) {
+      if (Status e = device_error(dev, dev->extract(dcur, sh, b.n, es, s.pos.data(), s.oldv.data(), s.newv.data(), &k),
+                                  "extracting changes on the device");
+          !e.ok())
+        return fail(std::move(e));
+    } else {
+      k = extract(cur, sh, b.n, es, s.pos.data(), s.oldv.data(), s.newv.data());
+    }
     double t1 = now_s();
     ws.extract_seconds += t1 - t0;
     if (k == 0) return;
@@ -264,6 +327,7 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     std::span<const uint8_t> vals;
     // Not smaller than the raw chunk: send the whole range (zstd on byte planes when `compress`).
     auto send_dense = [&](bool compress) -> Status {
+      SPARROW_RETURN_IF_ERROR(to_host());
       ic = IndexCodec::kDense;
       vc = ValueCodec::kOverwrite;
       h.change_count = b.n;
@@ -361,7 +425,7 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   *st = agg;
   digests_ = std::move(nd);
   version_++;
-  have_shadow_ = true;
+  have_shadow_ = keep_shadow_;
   SPARROW_INFO("encoded version %llu (%s): %llu changes in %llu chunks, %llu -> %llu bytes",
                (unsigned long long)version_, full ? "full" : "delta", (unsigned long long)agg.changes,
                (unsigned long long)agg.chunks, (unsigned long long)agg.dense_bytes, (unsigned long long)agg.wire_bytes);
@@ -391,6 +455,9 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
   }
   const bool full = h.full();
   int threads = opt.threads > 0 ? opt.threads : kernel_threads();
+  DeviceOps* dev = device_ops();
+  std::vector<uint8_t> on_dev(nt, 0);
+  for (size_t t = 0; t < nt; ++t) on_dev[t] = is_device(dev, targets[t]);
   if (!full) {
     if (state.version != h.base_version)
       return VersionMismatch("receiver holds version " + std::to_string(state.version) + ", checkpoint applies to version " +
@@ -399,8 +466,15 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     for (size_t t = 0; t < nt; ++t) {
       if (state.digests[t] != h.tensors[t].base_digest)
         return VersionMismatch("tensor '" + h.tensors[t].name + "' does not hold the checkpoint's base contents");
+      const void* tb = targets[t];
+      std::vector<uint8_t> copy;
+      if (opt.verify_base && on_dev[t]) {
+        copy.resize(h.tensors[t].count * h.tensors[t].elem_size);
+        SPARROW_RETURN_IF_ERROR(copy_any(copy.data(), tb, copy.size()));
+        tb = copy.data();
+      }
       if (opt.verify_base &&
-          format::digest_tensor(uint32_t(t), targets[t], h.tensors[t].count, h.tensors[t].elem_size, threads) !=
+          format::digest_tensor(uint32_t(t), tb, h.tensors[t].count, h.tensors[t].elem_size, threads) !=
               h.tensors[t].base_digest)
         return VersionMismatch("tensor '" + h.tensors[t].name + "' was modified since version " +
                                std::to_string(state.version));
@@ -414,7 +488,7 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     uint64_t dig = 0;
   };
   struct Scratch {
-    std::vector<uint8_t> oldv, zs;
+    std::vector<uint8_t> oldv, zs, base;  // base: a device chunk's old bytes
   };
   const size_t nc = cv.chunks.size();
   std::vector<Staged> staged(nc);
@@ -430,6 +504,12 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     Scratch& s = scratch[w];
     if (c.h.index_codec == IndexCodec::kDense) {
       const uint32_t n = c.h.elem_count;
+      if (on_dev[t] && !full) {  // the old bytes of the range, for the digest
+        s.base.resize(size_t(n) * es);
+        errs[i] = device_error(dev, dev->copy(s.base.data(), base, s.base.size()), "reading a device chunk");
+        if (!errs[i].ok()) return;
+        base = s.base.data();
+      }
       if (c.h.value_codec == ValueCodec::kOverwrite) {
         if (c.values.size() != size_t(n) * es) {
           errs[i] = CorruptData("overwrite values: " + std::to_string(c.values.size()) + " bytes, expected " +
@@ -452,7 +532,12 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     errs[i] = format::decode_index(c.h.index_codec, c.index, c.h.elem_count, k, sg.pos.data());
     if (!errs[i].ok()) return;
     s.oldv.resize(size_t(k) * es);
-    gather(base, sg.pos.data(), k, es, s.oldv.data());
+    if (on_dev[t]) {
+      errs[i] = device_error(dev, dev->gather(base, sg.pos.data(), k, es, s.oldv.data()), "gathering old values on the device");
+      if (!errs[i].ok()) return;
+    } else {
+      gather(base, sg.pos.data(), k, es, s.oldv.data());
+    }
     sg.vals.resize(size_t(k) * es);
     errs[i] = format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data());
     if (!errs[i].ok()) return;
@@ -484,14 +569,31 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     }
   }
   double t_wr0 = now_s();
+  // Host writes cannot fail. Device writes can (a lost device): then the buffer is in an unknown
+  // state, which the error says, and the receiver's version is dropped so that it gets resynchronised.
+  std::vector<Status> werrs(nc);
   parallel_for(nc, threads, [&](size_t i, int) {
     const format::ChunkView& c = cv.chunks[i];
     const uint32_t es = h.tensors[c.h.tensor].elem_size;
     uint8_t* base = static_cast<uint8_t*>(targets[c.h.tensor]) + c.h.elem_begin * es;
     const Staged& sg = staged[i];
-    if (sg.dense) memcpy(base, sg.dense, size_t(c.h.elem_count) * es);
-    else scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
+    if (on_dev[c.h.tensor]) {
+      int e = sg.dense ? dev->copy(base, sg.dense, size_t(c.h.elem_count) * es)
+                       : dev->scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
+      werrs[i] = device_error(dev, e, "writing to the device buffer");
+    } else if (sg.dense) {
+      memcpy(base, sg.dense, size_t(c.h.elem_count) * es);
+    } else {
+      scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
+    }
   });
+  for (auto& e : werrs) {
+    if (!e.ok()) {
+      state = {};
+      return std::move(e).context("applying version " + std::to_string(h.new_version) +
+                                  " (the device buffer may be partly written; it will be resynchronised)");
+    }
+  }
   state.version = h.new_version;
   state.digests = std::move(cv.footer.new_digests);
   if (stats) {

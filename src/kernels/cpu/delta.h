@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "format/checkpoint.h"
 #include "kernels/cpu/extract.h"
+#include "kernels/device.h"
 
 namespace sparrow::kernels::cpu {
 
@@ -54,9 +55,15 @@ struct EncodeStats {
   double density() const { return elements ? double(changes) / double(elements) : 0.0; }
 };
 
+// Buffers may be host or device memory (kernels::device_ops() decides, per buffer): for a device buffer
+// the shadow lives on the device (or in pinned host memory, SPARROW_GPU_SHADOW=host), extraction runs
+// there chunk by chunk, and only the changes come back to the host for coding.
 class DeltaEncoder {
  public:
   explicit DeltaEncoder(std::vector<TensorSpec> tensors);
+  ~DeltaEncoder();
+  DeltaEncoder(const DeltaEncoder&) = delete;
+  DeltaEncoder& operator=(const DeltaEncoder&) = delete;
 
   // Produces the next version from `current` (one pointer per tensor, in the constructor's order).
   // The first call, and the first after reset(), is a full snapshot; later calls are deltas against
@@ -83,7 +90,12 @@ class DeltaEncoder {
   Status encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full, EncodeStats* st,
                      std::vector<uint8_t>& out, const FrameFn* on_header = nullptr, const FrameFn* on_chunk = nullptr);
   std::vector<TensorSpec> tensors_;
-  std::vector<std::vector<uint8_t>> shadow_;
+  void free_device_shadow();
+  std::vector<std::vector<uint8_t>> shadow_;   // host buffers
+  std::vector<void*> dshadow_;                 // device buffers (null for host ones)
+  bool dshadow_host_ = false;                  // dshadow_ is pinned host memory
+  DeviceOps* dev_ = nullptr;                   // backend that owns dshadow_
+  bool keep_shadow_ = true;                    // false for snapshot(): encode without keeping state
   std::vector<uint64_t> digests_;
   uint64_t version_ = 0;
   bool have_shadow_ = false;
@@ -108,7 +120,8 @@ struct ApplyStats {
 // Applies a checkpoint to `targets` (one pointer per tensor of `layout`). Verifies, in order: every
 // frame checksum and the structure; that the layout matches (kInvalidUsage); that the receiver holds
 // the base version and base digests (kVersionMismatch); that every chunk decodes; that the resulting
-// digests equal the footer's. Only then does it write. On any error the targets and `state` are
+// digests equal the footer's. Only then does it write. Targets may be device buffers (old values are
+// gathered from and new ones scattered to the device). On any error the targets and `state` are
 // untouched. A full snapshot applies whatever the receiver holds.
 Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
                         std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt = {},
