@@ -1,0 +1,213 @@
+// The CUDA implementation of kernels::DeviceOps, built into libsparrow_cuda.so and loaded by
+// libsparrow with dlopen (src/kernels/device.cpp). Each calling thread gets its own stream and its
+// own device/pinned scratch, grown on demand and kept for the thread's life, so the encoder's workers
+// extract their chunks concurrently.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/kernels.h"
+#include "kernels/device.h"
+
+namespace sparrow::kernels::cuda {
+namespace {
+
+#define CK(x)                         \
+  do {                                \
+    cudaError_t e_ = (x);             \
+    if (e_ != cudaSuccess) return int(e_); \
+  } while (0)
+
+// Per-thread resources for one device.
+struct Ctx {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  void* d = nullptr;   // device scratch: positions, old values, new values, count, CUB temp
+  size_t d_bytes = 0;
+  void* h = nullptr;   // pinned host staging of the same layout
+  size_t h_bytes = 0;
+  ~Ctx() { release(); }  // at thread exit; errors are irrelevant then (the runtime may be shutting down)
+  void release() {
+    if (device < 0) return;
+    cudaSetDevice(device);
+    if (d) cudaFree(d);
+    if (h) cudaFreeHost(h);
+    if (stream) cudaStreamDestroy(stream);
+    d = h = nullptr;
+    d_bytes = h_bytes = 0;
+    stream = nullptr;
+    device = -1;
+  }
+  int use(int dev) {
+    if (device != dev) {
+      release();
+      device = dev;
+      CK(cudaSetDevice(dev));
+      CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    } else {
+      CK(cudaSetDevice(dev));
+    }
+    return 0;
+  }
+  int reserve(size_t dev_bytes, size_t host_bytes) {
+    if (dev_bytes > d_bytes) {
+      if (d) CK(cudaFree(d));
+      d = nullptr;
+      d_bytes = 0;
+      CK(cudaMalloc(&d, dev_bytes));
+      d_bytes = dev_bytes;
+    }
+    if (host_bytes > h_bytes) {
+      if (h) CK(cudaFreeHost(h));
+      h = nullptr;
+      h_bytes = 0;
+      CK(cudaMallocHost(&h, host_bytes));
+      h_bytes = host_bytes;
+    }
+    return 0;
+  }
+};
+thread_local Ctx t_ctx;
+
+inline size_t up(size_t x) { return (x + 255) & ~size_t(255); }
+
+int device_of(const void* p, int* dev) {
+  cudaPointerAttributes a{};
+  cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return int(e);
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
+    *dev = a.device;
+    return 0;
+  }
+  return cudaGetDevice(dev);  // host memory: the calling thread's device
+}
+
+class CudaOps final : public DeviceOps {
+ public:
+  const char* name() const override { return name_.c_str(); }
+  std::string error_string(int err) const override {
+    return std::string(cudaGetErrorName(cudaError_t(err))) + " (" + cudaGetErrorString(cudaError_t(err)) + ")";
+  }
+  bool is_device(const void* p) const override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  int sync_stream(void* stream) override { return int(cudaStreamSynchronize(static_cast<cudaStream_t>(stream))); }
+  int alloc(void** p, size_t bytes, bool host) override {
+    if (host) return int(cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocPortable | cudaHostAllocMapped));
+    return int(cudaMalloc(p, bytes ? bytes : 1));
+  }
+  void free(void* p, bool host) override {
+    if (host) cudaFreeHost(p);
+    else cudaFree(p);
+  }
+  int copy(void* dst, const void* src, size_t bytes) override {
+    int dev = 0;
+    if (device_of(is_device(dst) ? dst : src, &dev)) return int(cudaErrorInvalidValue);
+    CK(cudaError_t(t_ctx.use(dev)));
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, t_ctx.stream));
+    return int(cudaStreamSynchronize(t_ctx.stream));
+  }
+  int extract(const void* cur, void* shadow, uint32_t n, uint32_t s, uint32_t* pos, uint8_t* old_vals, uint8_t* new_vals,
+              size_t* changes) override {
+    int dev = 0;
+    if (int e = device_of(cur, &dev)) return e;
+    Ctx& c = t_ctx;
+    CK(cudaError_t(c.use(dev)));
+    size_t temp = 0;
+    CK(cudaError_t(extract_scratch_bytes(n, s, &temp)));
+    const size_t o_pos = 0, o_old = up(size_t(n) * 4), o_new = o_old + up(size_t(n) * s), o_cnt = o_new + up(size_t(n) * s),
+                 o_tmp = o_cnt + 256;
+    const size_t host_bytes = o_cnt + 256;  // positions, values, count
+    CK(cudaError_t(c.reserve(o_tmp + temp, host_bytes)));
+    auto* d = static_cast<char*>(c.d);
+    auto* h = static_cast<char*>(c.h);
+    auto* dcount = reinterpret_cast<uint32_t*>(d + o_cnt);
+    CK(cudaError_t(cuda::extract(cur, shadow, n, s, reinterpret_cast<uint32_t*>(d + o_pos), d + o_old, d + o_new, dcount,
+                                 d + o_tmp, temp, c.stream)));
+    CK(cudaMemcpyAsync(h + o_cnt, dcount, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaStreamSynchronize(c.stream));
+    uint32_t k = 0;
+    memcpy(&k, h + o_cnt, sizeof k);
+    if (k > n) return int(cudaErrorIllegalState);
+    if (k) {
+      CK(cudaMemcpyAsync(h + o_pos, d + o_pos, size_t(k) * 4, cudaMemcpyDeviceToHost, c.stream));
+      CK(cudaMemcpyAsync(h + o_old, d + o_old, size_t(k) * s, cudaMemcpyDeviceToHost, c.stream));
+      CK(cudaMemcpyAsync(h + o_new, d + o_new, size_t(k) * s, cudaMemcpyDeviceToHost, c.stream));
+      CK(cudaStreamSynchronize(c.stream));
+      memcpy(pos, h + o_pos, size_t(k) * 4);
+      memcpy(old_vals, h + o_old, size_t(k) * s);
+      memcpy(new_vals, h + o_new, size_t(k) * s);
+    }
+    *changes = k;
+    return 0;
+  }
+  int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) override {
+    if (!k) return 0;
+    int dev = 0;
+    if (int e = device_of(base, &dev)) return e;
+    Ctx& c = t_ctx;
+    CK(cudaError_t(c.use(dev)));
+    const size_t o_val = up(k * 4), total = o_val + up(k * s);
+    CK(cudaError_t(c.reserve(total, total)));
+    auto* d = static_cast<char*>(c.d);
+    auto* h = static_cast<char*>(c.h);
+    memcpy(h, pos, k * 4);
+    CK(cudaMemcpyAsync(d, h, k * 4, cudaMemcpyHostToDevice, c.stream));
+    CK(cudaError_t(cuda::gather(base, reinterpret_cast<uint32_t*>(d), uint32_t(k), s, d + o_val, c.stream)));
+    CK(cudaMemcpyAsync(h + o_val, d + o_val, k * s, cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaStreamSynchronize(c.stream));
+    memcpy(out, h + o_val, k * s);
+    return 0;
+  }
+  int scatter(void* base, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) override {
+    if (!k) return 0;
+    int dev = 0;
+    if (int e = device_of(base, &dev)) return e;
+    Ctx& c = t_ctx;
+    CK(cudaError_t(c.use(dev)));
+    const size_t o_val = up(k * 4), total = o_val + up(k * s);
+    CK(cudaError_t(c.reserve(total, total)));
+    auto* d = static_cast<char*>(c.d);
+    auto* h = static_cast<char*>(c.h);
+    memcpy(h, pos, k * 4);
+    memcpy(h + o_val, vals, k * s);
+    CK(cudaMemcpyAsync(d, h, total, cudaMemcpyHostToDevice, c.stream));
+    CK(cudaError_t(cuda::scatter(base, reinterpret_cast<uint32_t*>(d), uint32_t(k), s, d + o_val, c.stream)));
+    return int(cudaStreamSynchronize(c.stream));
+  }
+
+  std::string name_;
+};
+
+}  // namespace
+}  // namespace sparrow::kernels::cuda
+
+// The entry point libsparrow looks up with dlsym. Null (and a reason) when CUDA cannot be used here.
+extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* sparrow_cuda_device_ops_v1(char* why,
+                                                                                                         size_t why_len) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    snprintf(why, why_len, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+    cudaGetLastError();
+    return nullptr;
+  }
+  static sparrow::kernels::cuda::CudaOps ops;
+  cudaDeviceProp p{};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaGetDeviceProperties(&p, dev);
+  ops.name_ = std::string("cuda (") + std::to_string(n) + " device(s), " + p.name + ")";
+  return &ops;
+}

@@ -1,0 +1,175 @@
+// The CUDA kernels against the CPU oracle, bit for bit, and the collectives on real device memory.
+// Label `gpu`: every test skips cleanly on a machine without a usable GPU.
+#include "kernels/cuda/kernels.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/params.h"
+#include "format/index_codec.h"
+#include "harness/device_cases.h"
+#include "harness/util.h"
+#include "kernels/cpu/extract.h"
+#include "kernels/device.h"
+
+namespace sparrow {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device"
+
+#define CUDA_OK(x) ASSERT_EQ(int(x), 0) << #x << ": " << cudaGetErrorString(cudaError_t(x))
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t n) { cudaMalloc(&p, n ? n : 1); }
+  ~Dev() { cudaFree(p); }
+  template <typename T = void>
+  T* get() const { return static_cast<T*>(p); }
+};
+
+// Elements of `es` bytes with ~density changed between a and b (special values included).
+void make_pair(std::vector<uint8_t>& a, std::vector<uint8_t>& b, uint32_t n, uint32_t es, double density, uint64_t seed) {
+  a = test::random_bytes(size_t(n) * es, seed);
+  b = a;
+  test::mutate(b, es, density, seed + 1);
+}
+
+TEST(CudaKernels, ExtractMatchesTheCpuOracle) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreate(&st));
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    for (uint32_t n : {1u, 1000u, (1u << 20) + 3}) {
+      for (double density : {0.0, 1e-4, 0.01, 0.5, 1.0}) {
+        std::vector<uint8_t> shadow, cur;
+        make_pair(shadow, cur, n, es, density, n + es);
+        if (density == 1.0)
+          for (auto& x : cur) x = uint8_t(~x);
+        // Oracle.
+        std::vector<uint8_t> cshadow = shadow, cold(size_t(n) * es), cnew(size_t(n) * es);
+        std::vector<uint32_t> cpos(n);
+        size_t ck = kernels::cpu::extract_scalar(cur.data(), cshadow.data(), n, es, cpos.data(), cold.data(), cnew.data());
+        // Device.
+        Dev dcur(cur.size()), dsh(shadow.size()), dpos(size_t(n) * 4), dold(cur.size()), dnew(cur.size()), dcnt(4);
+        CUDA_OK(cudaMemcpy(dcur.p, cur.data(), cur.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dsh.p, shadow.data(), shadow.size(), cudaMemcpyHostToDevice));
+        size_t sb = 0;
+        CUDA_OK(kernels::cuda::extract_scratch_bytes(n, es, &sb));
+        Dev scratch(sb);
+        CUDA_OK(kernels::cuda::extract(dcur.p, dsh.p, n, es, dpos.get<uint32_t>(), dold.p, dnew.p, dcnt.get<uint32_t>(),
+                                       scratch.p, sb, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        uint32_t k = 0;
+        CUDA_OK(cudaMemcpy(&k, dcnt.p, 4, cudaMemcpyDeviceToHost));
+        ASSERT_EQ(k, ck) << "es " << es << " n " << n << " density " << density;
+        std::vector<uint32_t> gpos(k);
+        std::vector<uint8_t> gold(size_t(k) * es), gnew(size_t(k) * es), gsh(shadow.size());
+        CUDA_OK(cudaMemcpy(gpos.data(), dpos.p, size_t(k) * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gold.data(), dold.p, gold.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gnew.data(), dnew.p, gnew.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gsh.data(), dsh.p, gsh.size(), cudaMemcpyDeviceToHost));
+        cpos.resize(k);
+        cold.resize(gold.size());
+        cnew.resize(gnew.size());
+        EXPECT_EQ(gpos, cpos);
+        EXPECT_EQ(gold, cold);
+        EXPECT_EQ(gnew, cnew);
+        EXPECT_EQ(gsh, cshadow) << "shadow refreshed";
+        EXPECT_EQ(gsh, cur);
+
+        // The index codec on the device == the CPU encoder.
+        size_t lb = 0;
+        CUDA_OK(kernels::cuda::leb128_scratch_bytes(n, &lb));
+        Dev lscratch(lb), lout(size_t(n) * 5 + 1), lbytes(4);
+        CUDA_OK(kernels::cuda::encode_leb128(dpos.get<uint32_t>(), dcnt.get<uint32_t>(), n, lout.get<uint8_t>(),
+                                             lbytes.get<uint32_t>(), lscratch.p, lb, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        uint32_t len = 0;
+        CUDA_OK(cudaMemcpy(&len, lbytes.p, 4, cudaMemcpyDeviceToHost));
+        std::vector<uint8_t> want, got(len);
+        format::encode_index(format::IndexCodec::kLeb128, cpos.data(), k, n, 1, want);
+        CUDA_OK(cudaMemcpy(got.data(), lout.p, len, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got, want) << "leb128, es " << es << " n " << n << " density " << density;
+
+        // Apply: scatter the new values onto the old buffer, gather them back.
+        Dev target(shadow.size()), back(size_t(k) * es + 1);
+        CUDA_OK(cudaMemcpy(target.p, shadow.data(), shadow.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(kernels::cuda::gather(target.p, dpos.get<uint32_t>(), k, es, back.p, st));
+        CUDA_OK(kernels::cuda::scatter(target.p, dpos.get<uint32_t>(), k, es, dnew.p, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        std::vector<uint8_t> applied(cur.size()), gathered(size_t(k) * es);
+        CUDA_OK(cudaMemcpy(applied.data(), target.p, applied.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gathered.data(), back.p, gathered.size(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(applied, cur);
+        EXPECT_EQ(gathered, cold);
+      }
+    }
+  }
+  cudaStreamDestroy(st);
+}
+
+TEST(CudaKernels, ScratchTooSmallIsAnErrorNotACorruption) {
+  SKIP_WITHOUT_GPU();
+  Dev a(4096), b(4096), pos(4096), o(4096), nw(4096), cnt(4), scratch(1);
+  EXPECT_NE(kernels::cuda::extract(a.p, b.p, 1024, 4, pos.get<uint32_t>(), o.p, nw.p, cnt.get<uint32_t>(), scratch.p, 0,
+                                   nullptr),
+            0);
+  EXPECT_NE(kernels::cuda::extract(a.p, b.p, 1024, 3, pos.get<uint32_t>(), o.p, nw.p, cnt.get<uint32_t>(), scratch.p,
+                                   1 << 20, nullptr),
+            0)
+      << "element size 3";
+}
+
+test::DeviceMem cuda_mem(std::vector<void*>& owned) {
+  return {[&owned](size_t n) {
+            void* p = nullptr;
+            cudaMalloc(&p, n ? n : 1);
+            owned.push_back(p);
+            return p;
+          },
+          [](void* d, const void* s, size_t n) { cudaMemcpy(d, s, n, cudaMemcpyHostToDevice); },
+          [](void* d, const void* s, size_t n) { cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost); }};
+}
+
+class CudaDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    params::clear_overrides();
+    ASSERT_TRUE(params::set_override("PROBE_MS", "30").ok());
+    ASSERT_NE(kernels::device_ops(), nullptr) << kernels::device_unavailable_reason();
+  }
+  void TearDown() override {
+    for (void* p : owned) cudaFree(p);
+    params::clear_overrides();
+  }
+  std::vector<void*> owned;
+};
+
+TEST_F(CudaDevice, EncoderAndApplyMatchTheHostPath) { test::encoder_and_apply_match_host(cuda_mem(owned)); }
+
+TEST_F(CudaDevice, ShadowInPinnedHostMemory) {
+  ASSERT_TRUE(params::set_override("GPU_SHADOW", "host").ok());
+  test::encoder_and_apply_match_host(cuda_mem(owned));
+}
+
+TEST_F(CudaDevice, CollectivesOnDeviceBuffersWithAStream) {
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
+  test::collectives_on_device_buffers(cuda_mem(owned), reinterpret_cast<sparrowStream_t>(st));
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace sparrow
