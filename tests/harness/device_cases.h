@@ -114,7 +114,9 @@ inline void collectives_on_device_buffers(const DeviceMem& m, sparrowStream_t st
     sparrowStats st;
     ASSERT_EQ(sparrowCommGetStats(cs.c[0], &st), sparrowSuccess);
     EXPECT_EQ(st.full, step == 0 ? 1 : 0);
-    if (step) EXPECT_LT(st.wireBytes * 20, st.denseBytes) << "step " << step << ": only the changes travel";
+    if (step) {
+      EXPECT_LT(st.wireBytes * 20, st.denseBytes) << "step " << step << ": only the changes travel";
+    }
   }
   // Dense broadcast, out of place, device to device, root 2 (a host sender).
   void* dst0 = m.alloc(count * es);
