@@ -3,6 +3,7 @@
 #   scripts/wanemu-mpirun.sh SCENARIO.toml PROGRAM [ARGS...]
 # mpirun itself runs inside host 0; it starts the other ranks' daemons inside their hosts through
 # `wanemu rsh`, so every byte between ranks (MPI's and sparrow's) crosses the emulated links.
+# Without root or /dev/net/tun it uses wanemu's loopback proxy instead (rates and delays only).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 wanemu=${WANEMU:-$here/build/bin/wanemu}
@@ -14,6 +15,13 @@ if [ "${1:-}" = "--inside" ]; then
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
     -x WANEMU_SCENARIO "$@"
 fi
+if [ "${1:-}" = "--inside-proxy" ]; then
+  # The unprivileged fallback: every rank on loopback, each one a host through `wanemu enter`.
+  shift
+  exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" \
+    --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    -x WANEMU_SCENARIO "$wanemu" enter -- "$@"
+fi
 if [ $# -lt 2 ]; then
   echo "usage: $0 SCENARIO.toml PROGRAM [ARGS...]" >&2
   exit 2
@@ -21,4 +29,9 @@ fi
 scenario=$1
 shift
 export WANEMU_SCENARIO=$(cd "$(dirname "$scenario")" && pwd)/$(basename "$scenario")
+# Without root or /dev/net/tun (or with WANEMU_PROXY=1): the loopback proxy, which applies the link
+# rates and delays to sparrow's TCP connections but not TCP dynamics (MPI's own traffic is direct).
+if [ "${WANEMU_PROXY:-0}" = 1 ] || ! "$wanemu" selftest --probe-only >/dev/null 2>&1; then
+  exec "$wanemu" run "$scenario" --proxy --launcher -- "$here/scripts/wanemu-mpirun.sh" --inside-proxy "$@"
+fi
 exec "$wanemu" run "$scenario" --launch-in 0 -- "$here/scripts/wanemu-mpirun.sh" --inside "$@"

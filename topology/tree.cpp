@@ -1,6 +1,8 @@
 #include "topology/tree.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -119,6 +121,28 @@ double estimate_seconds(const Tree& t, const TreeInput& in) {
   return rate_time + worst_path;
 }
 
+// Send order: a sender hands every chunk to its children in this order, so the child with the longest
+// way still to go (its edge's latency plus the deepest latency below it) gets each chunk first.
+// Latencies are compared in whole milliseconds so that LAN noise keeps each algorithm's own order
+// (stable sort).
+void order_children(Tree& t, const TreeInput& in) {
+  auto same_region = [&](int a, int b) { return t.region.empty() || t.region[a] == t.region[b]; };
+  auto edge_lat = [&](int p, int c) { return same_region(p, c) && p != in.root ? kLanRtt / 2 : rtt_of(in, c) / 2; };
+  std::vector<double> reach(in.nranks, -1);
+  std::function<double(int)> below = [&](int r) {
+    if (reach[r] >= 0) return reach[r];
+    double m = 0;
+    for (int c : t.children[r]) m = std::max(m, edge_lat(r, c) + below(c));
+    return reach[r] = m;
+  };
+  for (int r = 0; r < in.nranks; ++r) {
+    auto& ch = t.children[r];
+    std::stable_sort(ch.begin(), ch.end(), [&](int a, int b) {
+      return std::llround((edge_lat(r, a) + below(a)) * 1e3) > std::llround((edge_lat(r, b) + below(b)) * 1e3);
+    });
+  }
+}
+
 Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
   if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) return InvalidArgument("tree: root out of range");
   std::string algo = algo_in.empty() ? configured_algo() : algo_in;
@@ -224,6 +248,7 @@ Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
   } else {
     return InvalidArgument("unknown broadcast algorithm '" + algo + "' (flat, chain, binomial, region_tree, auto)");
   }
+  order_children(t, in);
   t.est_seconds = estimate_seconds(t, in);
   return t;
 }

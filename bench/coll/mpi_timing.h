@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace sparrow::bench {
@@ -51,6 +53,15 @@ double timed_collective(int rank, int root, int n, bool one_clock, F op, int* rc
     MPI_Ibarrier(MPI_COMM_WORLD, &q);
     lazy_wait(&q);
     done = now();
+  }
+  if (getenv("SPARROW_BENCH_TRACE")) {  // when each rank finished, in ms from the start (to stderr)
+    std::vector<double> all(n);
+    MPI_Gather(&done, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, root, MPI_COMM_WORLD);
+    if (rank == root) {
+      fprintf(stderr, "trace (rank:ms):");
+      for (int r = 0; r < n; ++r) fprintf(stderr, " %d:%.1f", r, (all[r] - t0) * 1e3);
+      fprintf(stderr, "\n");
+    }
   }
   double last = 0;
   MPI_Ireduce(&done, &last, 1, MPI_DOUBLE, MPI_MAX, root, MPI_COMM_WORLD, &q);

@@ -203,9 +203,16 @@ void Channel::Inner::pump() {
       std::vector<size_t> queued(conns.size());
       for (size_t i = 0; i < conns.size(); ++i) queued[i] = conns[i]->queued_bytes();
       while (!pending.empty() && !conns.empty()) {
-        size_t best = 0;
-        for (size_t i = 1; i < conns.size(); ++i)
+        // The least-queued connection; ties rotate, so that small messages, which leave the queues
+        // empty, still spread over every stream (each stream's congestion window and pacing rate
+        // then carries a share, instead of one stream carrying everything).
+        const size_t n = conns.size();
+        size_t best = next % n;
+        for (size_t j = 1; j < n; ++j) {
+          size_t i = (next + j) % n;
           if (queued[i] < queued[best]) best = i;
+        }
+        next = best + 1;
         if (queued[best] >= low_water) break;
         queued[best] += pending.front().h.len + kFrameHeaderBytes;
         out.emplace_back(conns[best].get(), std::move(pending.front()));

@@ -94,6 +94,7 @@ class Channel {
     std::mutex mu;
     std::deque<Frag> pending;
     size_t low_water = 0;
+    size_t next = 0;  // round-robin start among equally queued connections
     bool pumping = false, again = false;
     void pump();
   };

@@ -119,7 +119,9 @@ TEST_P(BcastTest, SparseEveryDatatypeSpecialValuesAndCountZero) {
       });
       for (int r = 0; r < 3; ++r) {
         ASSERT_EQ(rc[r], sparrowSuccess) << "dt " << dt << " step " << step << ": " << sparrowGetLastError(cs.c[r]);
-        if (r != 1) EXPECT_EQ(dst[r], src) << "dt " << dt << " step " << step << " rank " << r;
+        if (r != 1) {
+          EXPECT_EQ(dst[r], src) << "dt " << dt << " step " << step << " rank " << r;
+        }
       }
     }
   }
@@ -215,9 +217,10 @@ TEST_P(BcastTest, BadArguments) {
   EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 1, cs.c[0], nullptr), sparrowInvalidArgument);
   EXPECT_EQ(sparrowSparseBcast(nullptr, nullptr, 1, sparrowFloat32, 0, cs.c[0], nullptr), sparrowInvalidArgument);
   EXPECT_EQ(sparrowBroadcast(&x, &x, 1, sparrowFloat32, 0, nullptr, nullptr), sparrowInvalidArgument);
-  if (!kernels::device_ops())  // a stream without device support
+  if (!kernels::device_ops()) {  // a stream without device support
     EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 0, cs.c[0], reinterpret_cast<sparrowStream_t>(&x)),
               sparrowInvalidArgument);
+  }
   EXPECT_EQ(sparrowGroupEnd(), sparrowInvalidUsage);
   EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 0, cs.c[0], nullptr), sparrowSuccess);  // one rank: trivially
 }

@@ -353,6 +353,35 @@ void Emulator::stop() {
 Emulator::~Emulator() { stop(); }
 
 int enter_and_exec(const std::vector<std::string>& argv) {
+  if (const char* mode = getenv("WANEMU_MODE"); mode && !strcmp(mode, "proxy")) {
+    // The loopback-proxy fallback: no namespace to enter; become the rank's host by environment.
+    const char* r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMIX_RANK");
+    if (!r) r = getenv("WANEMU_RANK");
+    auto addrs = split(getenv("WANEMU_ADDRS") ? getenv("WANEMU_ADDRS") : "");
+    auto rg = split(getenv("WANEMU_REGIONS") ? getenv("WANEMU_REGIONS") : "");
+    const char* pre = getenv("WANEMU_PRELOAD");
+    int rank = r ? atoi(r) : -1;
+    if (rank < 0 || rank >= int(addrs.size()) || argv.empty() || !pre || !*pre) {
+      fprintf(stderr, "wanemu enter: rank %d, %zu hosts, preload '%s': run it under `wanemu run --launcher`\n", rank,
+              addrs.size(), pre ? pre : "");
+      return 2;
+    }
+    setenv("WANEMU_ADDR", addrs[rank].c_str(), 1);
+    setenv("WANEMU_RANK", std::to_string(rank).c_str(), 1);
+    setenv("SPARROW_SOCKET_IFNAME", "lo", 1);
+    setenv("SPARROW_SOCKET_ADDR", addrs[rank].c_str(), 1);
+    if (rank < int(rg.size())) setenv("SPARROW_REGION", rg[rank].c_str(), 1);
+    std::string lp = pre;
+    if (const char* old = getenv("LD_PRELOAD"); old && *old) lp += std::string(":") + old;
+    setenv("LD_PRELOAD", lp.c_str(), 1);
+    std::vector<char*> a;
+    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
+    a.push_back(nullptr);
+    execvp(a[0], a.data());
+    fprintf(stderr, "wanemu enter: cannot run %s: %s\n", a[0], strerror(errno));
+    return 127;
+  }
   const char* ns = getenv("WANEMU_NS_PIDS");
   const char* ifs = getenv("WANEMU_IFNAMES");
   const char* regs = getenv("WANEMU_REGIONS");

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,10 +23,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/strings.h"
 #include "tools/wanemu/emulator.h"
+#include "tools/wanemu/proxy.h"
 
 using namespace sparrow;
 using namespace sparrow::wanemu;
@@ -37,14 +40,18 @@ void on_signal(int s) { g_signal = s; }
 
 void usage(FILE* f) {
   fprintf(f,
-          "usage: wanemu run SCENARIO.toml [--stats] [--launcher] -- CMD [ARGS...]\n"
+          "usage: wanemu run SCENARIO.toml [--stats] [--launcher] [--proxy] -- CMD [ARGS...]\n"
           "       wanemu enter -- PROG [ARGS...]      (inside `run --launcher`, e.g. under mpirun)\n"
           "       wanemu selftest                     (needs root and /dev/net/tun; iperf3)\n"
           "       wanemu check SCENARIO.toml\n"
           "Each emulated host is a network namespace with a TUN device (10.77.<region>.<host>);\n"
           "one router thread moves packets between them through the scenario's link model.\n"
           "CMD sees WANEMU_RANK, WANEMU_NRANKS, WANEMU_HOST, WANEMU_REGION, WANEMU_ADDR, WANEMU_ADDRS,\n"
-          "WANEMU_IFNAME, and SPARROW_SOCKET_IFNAME / SPARROW_REGION set for sparrow.\n");
+          "WANEMU_IFNAME, and SPARROW_SOCKET_IFNAME / SPARROW_REGION set for sparrow.\n"
+          "Without root or /dev/net/tun (or with --proxy), `run` falls back to a loopback proxy: hosts are\n"
+          "127.77.<region>.<host> (SPARROW_SOCKET_ADDR), TCP connections to them go through the proxy\n"
+          "(LD_PRELOAD=libwanemu_preload.so), which applies the link rates and delays but NOT TCP dynamics.\n"
+          "       wanemu selftest --proxy             (the fallback's rate and delay checks; no root needed)\n");
 }
 
 // Waits for all pids; forwards SIGINT/SIGTERM; returns the first non-zero exit status.
@@ -73,13 +80,69 @@ int wait_all(std::vector<pid_t> pids) {
   return rc;
 }
 
-void print_counters(const Emulator& e) {
-  auto c = e.counters();
+void print_counters(const Scenario& s, const std::vector<Counters>& c) {
   fprintf(stderr, "wanemu: %-16s %10s %12s %10s %10s\n", "host", "packets", "bytes", "q-drops", "loss");
   for (size_t i = 0; i < c.size(); ++i)
-    fprintf(stderr, "wanemu: %-16s %10llu %12llu %10llu %10llu\n", e.scenario().hosts[i].name.c_str(),
+    fprintf(stderr, "wanemu: %-16s %10llu %12llu %10llu %10llu\n", s.hosts[i].name.c_str(),
             (unsigned long long)c[i].packets, (unsigned long long)c[i].bytes, (unsigned long long)c[i].queue_drops,
             (unsigned long long)c[i].loss_drops);
+}
+
+constexpr const char* kProxyLabel =
+    "wanemu: UNPRIVILEGED FALLBACK (loopback proxy): link rates and one-way delays only; TCP dynamics\n"
+    "wanemu: (window/RTT limits, slow start, loss recovery) are NOT reproduced and loss/jitter are ignored.\n";
+
+// The fallback: a loopback proxy, each host a 127.77.x.y address, programs carry the preload.
+int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stats, bool launcher, int launch_in) {
+  fputs(kProxyLabel, stderr);
+  auto px = Proxy::start(sc, find_preload());
+  if (!px.ok()) {
+    fprintf(stderr, "wanemu: %s\n", px.status().to_string().c_str());
+    return 2;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  auto& p = *px.value();
+  std::vector<pid_t> pids;
+  if (launcher && launch_in < 0) {
+    // `wanemu enter` (under the launcher) picks each rank's host from these.
+    std::string addrs, regs;
+    for (size_t h = 0; h < sc.hosts.size(); ++h) {
+      addrs += (h ? "," : "") + p.addr(int(h));
+      regs += (h ? "," : "") + sc.hosts[h].region;
+    }
+    setenv("WANEMU_MODE", "proxy", 1);
+    setenv("WANEMU_PROXY_PORT", std::to_string(p.port()).c_str(), 1);
+    setenv("WANEMU_PRELOAD", find_preload().c_str(), 1);
+    setenv("WANEMU_ADDRS", addrs.c_str(), 1);
+    setenv("WANEMU_REGIONS", regs.c_str(), 1);
+    setenv("WANEMU_NRANKS", std::to_string(sc.hosts.size()).c_str(), 1);
+    pid_t c = fork();
+    if (c == 0) {
+      std::vector<char*> a;
+      for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
+      a.push_back(nullptr);
+      execvp(a[0], a.data());
+      _exit(127);
+    }
+    pids.push_back(c);
+  } else {
+    for (size_t h = 0; h < sc.hosts.size(); ++h) {
+      if (launcher && int(h) != launch_in) continue;
+      auto c = p.spawn(int(h), cmd);
+      if (!c.ok()) {
+        fprintf(stderr, "wanemu: %s\n", c.status().to_string().c_str());
+        for (pid_t q : pids) kill(q, SIGTERM);
+        wait_all(pids);
+        return 2;
+      }
+      pids.push_back(c.value());
+    }
+  }
+  int rc = wait_all(pids);
+  if (stats) print_counters(sc, p.counters());
+  p.stop();
+  return rc;
 }
 
 int cmd_run(int argc, char** argv) {
@@ -88,11 +151,12 @@ int cmd_run(int argc, char** argv) {
     return 2;
   }
   std::string path = argv[2];
-  bool stats = false, launcher = false;
+  bool stats = false, launcher = false, proxy = false;
   int launch_in = -1;
   int i = 3;
   for (; i < argc && strcmp(argv[i], "--") != 0; ++i) {
     if (!strcmp(argv[i], "--stats")) stats = true;
+    else if (!strcmp(argv[i], "--proxy")) proxy = true;
     else if (!strcmp(argv[i], "--launcher")) launcher = true;
     else if (!strcmp(argv[i], "--launch-in") && i + 1 < argc) {
       launcher = true;
@@ -112,6 +176,18 @@ int cmd_run(int argc, char** argv) {
   if (!sc.ok()) {
     fprintf(stderr, "wanemu: %s\n", sc.status().to_string().c_str());
     return 2;
+  }
+  std::string why;
+  if (!proxy && !can_emulate(&why)) {
+    fprintf(stderr, "wanemu: the namespace emulator is unavailable (%s)\n", why.c_str());
+    proxy = true;
+  }
+  if (proxy) {
+    if (launcher && launch_in >= 0) {
+      fprintf(stderr, "wanemu: --launch-in needs the namespace emulator; with the proxy use --launcher and `wanemu enter`\n");
+      return 2;
+    }
+    return run_proxy(sc.value(), cmd, stats, launcher, launch_in);
   }
   auto em = Emulator::start(sc.value());
   if (!em.ok()) {
@@ -165,7 +241,7 @@ int cmd_run(int argc, char** argv) {
     }
   }
   int rc = wait_all(pids);
-  if (stats) print_counters(e);
+  if (stats) print_counters(e.scenario(), e.counters());
   e.stop();
   return rc;
 }
@@ -283,6 +359,119 @@ int cmd_selftest(const char* self) {
   return failures ? 1 : 0;
 }
 
+// ---- the proxy fallback's self-test ---------------------------------------------------------------------
+
+// Client half (runs as host 0 with the preload): RTT by 1-byte ping-pong, then a bulk transfer.
+int cmd_tcp_source(const char* addr, int port, long long bytes) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    fprintf(stderr, "tcp-source: connect %s:%d: %s\n", addr, port, strerror(errno));
+    return 1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  double best = 1e9;
+  for (int i = 0; i < 10; ++i) {
+    char b = 'p';
+    auto t0 = std::chrono::steady_clock::now();
+    if (send(fd, &b, 1, 0) != 1 || recv(fd, &b, 1, MSG_WAITALL) != 1) return 1;
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::vector<char> buf(1 << 16, 'x');
+  buf[0] = 'B';  // the sink starts its clock at the first bulk byte
+  for (long long sent = 0; sent < bytes;) {
+    ssize_t w = send(fd, buf.data(), size_t(std::min<long long>(buf.size(), bytes - sent)), 0);
+    if (w <= 0) return 1;
+    buf[0] = 'x';
+    sent += w;
+  }
+  shutdown(fd, SHUT_WR);
+  char done[64] = {0};
+  ssize_t r = recv(fd, done, sizeof done - 1, MSG_WAITALL);
+  printf("%.3f %s\n", best, r > 0 ? done : "-1");
+  return 0;
+}
+
+int cmd_selftest_proxy(const char* self) {
+  const double mbit = 500, one_way = 25;
+  auto px = Proxy::start(two_hosts(mbit, one_way, 0), find_preload());
+  if (!px.ok()) {
+    fprintf(stderr, "wanemu selftest --proxy: %s\n", px.status().to_string().c_str());
+    return 1;
+  }
+  auto& p = *px.value();
+  // The sink listens as host 1 (in this process: only connecting processes need the preload).
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, p.addr(1).c_str(), &a.sin_addr);
+  socklen_t al = sizeof a;
+  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(ls, 4) != 0 ||
+      getsockname(ls, reinterpret_cast<sockaddr*>(&a), &al) != 0) {
+    perror("wanemu selftest --proxy: sink");
+    return 1;
+  }
+  const long long bytes = 40ll << 20;
+  std::thread sink([&] {
+    int c = accept(ls, nullptr, nullptr);
+    if (c < 0) return;
+    char b;
+    for (int i = 0; i < 10; ++i)
+      if (recv(c, &b, 1, MSG_WAITALL) != 1 || send(c, &b, 1, 0) != 1) return;
+    std::vector<char> buf(1 << 16);
+    long long got = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      ssize_t r = recv(c, buf.data(), buf.size(), 0);
+      if (r <= 0) break;
+      if (got == 0) t0 = std::chrono::steady_clock::now();
+      got += r;
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string msg = std::to_string(got == bytes ? got * 8 / s / 1e6 : -1.0);
+    send(c, msg.c_str(), msg.size(), 0);
+    close(c);
+  });
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return 1;
+  auto env = p.env_for(0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    execl(self, self, "tcp-source", p.addr(1).c_str(), std::to_string(ntohs(a.sin_port)).c_str(),
+          std::to_string(bytes).c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  std::string out;
+  char b[256];
+  ssize_t r;
+  while ((r = read(pipefd[0], b, sizeof b)) > 0) out.append(b, size_t(r));
+  close(pipefd[0]);
+  waitpid(pid, nullptr, 0);
+  shutdown(ls, SHUT_RDWR);
+  sink.join();
+  close(ls);
+  double rtt = -1, rate = -1;
+  sscanf(out.c_str(), "%lf %lf", &rtt, &rate);
+  fputs(kProxyLabel, stdout);
+  int failures = 0;
+  bool ok = rtt >= 0.95 * 2 * one_way && rtt <= 1.05 * 2 * one_way;
+  failures += !ok;
+  printf("wanemu selftest --proxy: TCP RTT %.2f ms through a 50 ms RTT path (within 5%%: %s)\n", rtt, ok ? "PASS" : "FAIL");
+  ok = rate >= 0.9 * mbit && rate <= 1.05 * mbit;
+  failures += !ok;
+  printf("wanemu selftest --proxy: %.1f Mbit/s through a %.0f Mbit/s link (0.9x..1.05x: %s)\n", rate, mbit, ok ? "PASS" : "FAIL");
+  printf("wanemu selftest --proxy: %s\n", failures ? "FAILED" : "all passed");
+  return failures ? 1 : 0;
+}
+
 int cmd_udp_echo(const char* addr) {
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in a{};
@@ -338,8 +527,10 @@ int main(int argc, char** argv) {
       printf("%s\n", ok ? "wanemu: available" : ("wanemu: unavailable (" + why + ")").c_str());
       return ok ? 0 : 1;
     }
+    if (argc > 2 && !strcmp(argv[2], "--proxy")) return cmd_selftest_proxy(argv[0]);
     return cmd_selftest(argv[0]);
   }
+  if (c == "tcp-source" && argc == 5) return cmd_tcp_source(argv[2], atoi(argv[3]), atoll(argv[4]));
   if (c == "enter") {
     int i = 2;
     if (i < argc && !strcmp(argv[i], "--")) ++i;

@@ -16,6 +16,9 @@
 
 namespace sparrow::transport::net {
 namespace {
+params::StringParam kAddr("SOCKET_ADDR", "",
+                          "Numeric address to listen on and advertise; overrides SOCKET_IFNAME (multi-homed hosts, "
+                          "wanemu's loopback fallback).");
 params::StringParam kIfname("SOCKET_IFNAME", "", "Network interface to listen on and advertise (like NCCL_SOCKET_IFNAME; empty: first non-loopback interface).");
 params::StringParam kCongestion("TCP_CONGESTION", "bbr", "TCP congestion control for data streams (falls back to the kernel default if unavailable).");
 params::IntParam kSockBuf("SOCKET_BUF_BYTES", 0, "SO_SNDBUF/SO_RCVBUF for data streams (0: kernel autotuning).", 0, 1 << 30);
@@ -75,6 +78,13 @@ Result<SockAddr> parse_address(const std::string& s) {
 }
 
 Result<std::string> local_host() {
+  if (std::string a = kAddr.get(); !a.empty()) {
+    in_addr v4;
+    in6_addr v6;
+    if (inet_pton(AF_INET, a.c_str(), &v4) != 1 && inet_pton(AF_INET6, a.c_str(), &v6) != 1)
+      return InvalidArgument("SPARROW_SOCKET_ADDR='" + a + "': not a numeric IPv4 or IPv6 address");
+    return a;
+  }
   std::string want = kIfname.get();
   ifaddrs* ifs = nullptr;
   if (getifaddrs(&ifs) != 0) return SystemError("getifaddrs", errno);
