@@ -67,7 +67,14 @@ static int tree(int argc, char** argv, int i) {
     if (k == "--root") in.root = atoi(v.c_str());
     else if (k == "--regions") regions = split(v);
     else if (k == "--hosts") hosts = split(v);
-    else if (k == "--bytes") in.message_bytes = atof(v.c_str());
+    else if (k == "--bytes") {
+      char* end = nullptr;
+      double b = strtod(v.c_str(), &end);
+      if (end && (*end == 'K' || *end == 'k')) b *= 1024;
+      else if (end && (*end == 'M' || *end == 'm')) b *= 1024 * 1024;
+      else if (end && (*end == 'G' || *end == 'g')) b *= 1024.0 * 1024 * 1024;
+      in.message_bytes = b;
+    }
     else if (k == "--rtt-ms") rtts = split(v);
     else if (k == "--gbps") gbps = split(v);
     else {

@@ -123,9 +123,11 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
           window.pop_front();
         }
       }
-      std::vector<uint8_t> done;
-      format::put_u32(done, count);
-      SPARROW_ASSIGN_OR_RETURN(auto dq, net.send(j, MsgKey{comm, seq, 999}, Payload{done.data(), done.size(), nullptr}, d));
+      // The end marker is one more message of the same stream, flagged in its first byte, so that the
+      // receiver can wait for each message as it arrives (timestamps of arrival, not of a buffer).
+      std::vector<uint8_t> last(kProbeMsg, 0);
+      last[0] = 1;
+      SPARROW_ASSIGN_OR_RETURN(auto dq, net.send(j, MsgKey{comm, seq, 1000 + count}, Payload{last.data(), last.size(), nullptr}, d));
       SPARROW_ASSIGN_OR_RETURN(auto bw, net.recv(j, MsgKey{comm, seq, 998}, d));
       for (auto& w : window) SPARROW_RETURN_IF_ERROR(w->wait(d));
       SPARROW_RETURN_IF_ERROR(dq->wait(d));
@@ -134,16 +136,17 @@ Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, dou
       memcpy(&v, bw.data(), 8);
       res.bw_Bps[j] = v > 0 ? v : -1;
     } else {
-      SPARROW_ASSIGN_OR_RETURN(auto done, net.recv(root, MsgKey{comm, seq, 999}, d));
-      if (done.size() != 4) return CorruptData("bad probe trailer from rank " + std::to_string(root));
-      uint32_t count = format::load_u32(done.data());
-      // Receive timestamps: skip the first third (slow start), measure the rest.
-      std::vector<Clock::time_point> at(count);
+      // Arrival timestamps, message by message until the flagged last one; skip the first third
+      // (slow start), measure the rest.
+      std::vector<Clock::time_point> at;
       std::vector<uint8_t> sink(kProbeMsg);
-      for (uint32_t i = 0; i < count; ++i) {
+      for (uint32_t i = 0;; ++i) {
+        if (i > (1u << 24)) return CorruptData("probe stream from rank " + std::to_string(root) + " never ends");
         SPARROW_RETURN_IF_ERROR(net.recv_into(root, MsgKey{comm, seq, 1000 + i}, sink.data(), kProbeMsg, d));
-        at[i] = Clock::now();
+        if (sink[0] == 1) break;
+        at.push_back(Clock::now());
       }
+      const uint32_t count = uint32_t(at.size());
       double bw = 0;
       uint32_t skip = count / 3;
       if (count >= 3 && at[count - 1] > at[skip]) bw = double(count - 1 - skip) * kProbeMsg / secs(at[count - 1] - at[skip]);

@@ -13,8 +13,9 @@ namespace sparrow::topology {
 namespace {
 
 params::StringParam kAlgo("ALGO", "auto",
-                          "Broadcast tree: flat, chain, binomial, region_tree, two_level (SparrowRL's static tree) or auto.",
-                          {"auto", "flat", "chain", "binomial", "region_tree", "two_level"});
+                          "Broadcast tree: flat, chain, binomial, region_tree, region_spread, two_level (SparrowRL's static "
+                          "tree) or auto.",
+                          {"auto", "flat", "chain", "binomial", "region_tree", "region_spread", "two_level"});
 
 constexpr double kLanRtt = 200e-6;       // assumed RTT between ranks of one region when not probed
 constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a nearby link was not probed
@@ -55,7 +56,7 @@ double bw_of(const TreeInput& in, int r) {
 std::string configured_algo() { return kAlgo.get(); }
 
 const std::vector<std::string>& algorithms() {
-  static const std::vector<std::string> a = {"flat", "chain", "binomial", "region_tree"};
+  static const std::vector<std::string> a = {"flat", "chain", "binomial", "region_tree", "region_spread"};
   return a;
 }
 
@@ -100,7 +101,8 @@ double estimate_seconds(const Tree& t, const TreeInput& in) {
   for (int r = 0; r < in.nranks; ++r) {
     if (!t.region.empty() && r != in.root) ingress[t.region[r]] = std::max(ingress[t.region[r]], bw_of(in, r));
     if (t.children[r].empty()) continue;
-    double up = r == in.root ? root_up : kDefaultBw;
+    // A sender in the root's region is assumed to have the root's uplink (same site); others a LAN guess.
+    double up = r == in.root || (!t.region.empty() && t.region[r] == t.region[in.root]) ? root_up : kDefaultBw;
     rate_time = std::max(rate_time, M * double(t.children[r].size()) / up);
     for (int c : t.children[r]) {
       rate_time = std::max(rate_time, M / edge_bw(r, c));
@@ -201,14 +203,18 @@ Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
       for (int m : members)
         if (m != relay) link(t, relay, m);
     }
-  } else if (algo == "region_tree") {
-    // Group by region, then by host inside a region.
+  } else if (algo == "region_tree" || algo == "region_spread") {
+    // Group by region, then by host inside a region. region_spread: the root region's host leaders
+    // (which receive every step anyway) share the work of feeding the remote regions' relays, so the
+    // root's uplink carries fewer copies.
     std::map<std::string, std::vector<int>> by_region;
     for (int r = 0; r < in.nranks; ++r)
       if (r != in.root) by_region[regions[r]].push_back(r);
     auto host_of = [&](int r) { return r < int(in.places.size()) ? in.places[r].host : std::string(); };
     // Feeds `members` from `head`: one leader per host in a chain, leaders feed their host's ranks.
+    std::vector<int> leaders;  // host leaders fed by feed(), in order
     auto feed = [&](int head, std::vector<int> members) {
+      leaders.clear();
       std::map<std::string, std::vector<int>> by_host;
       std::vector<std::string> order;
       for (int m : members) {
@@ -226,27 +232,45 @@ Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
         }
         link(t, prev, leader);
         prev = leader;
+        leaders.push_back(leader);
         for (size_t i = 1; i < v.size(); ++i) link(t, leader, v[i]);
       }
     };
-    for (auto& [reg, members] : by_region) {
-      if (reg == regions[in.root]) {
-        feed(in.root, members);
-        continue;
-      }
+    std::vector<int> senders = {in.root};  // who may feed a remote region's relay
+    if (by_region.count(regions[in.root])) {
+      feed(in.root, by_region[regions[in.root]]);
+      if (algo == "region_spread") senders.insert(senders.end(), leaders.begin(), leaders.end());
+    }
+    // Remote regions, farthest first (the least loaded sender takes the next one).
+    std::vector<std::string> remote;
+    for (auto& [reg, members] : by_region)
+      if (reg != regions[in.root]) remote.push_back(reg);
+    auto region_rtt = [&](const std::string& reg) {
+      double m = 0;
+      for (int r : by_region[reg]) m = std::max(m, rtt_of(in, r));
+      return m;
+    };
+    std::stable_sort(remote.begin(), remote.end(),
+                     [&](const std::string& a, const std::string& b) { return region_rtt(a) > region_rtt(b); });
+    for (auto& reg : remote) {
+      const auto& members = by_region[reg];
       // The relay: best probed bandwidth from the root, then lowest rank.
       int relay = *std::min_element(members.begin(), members.end(), [&](int a, int b) {
         double ba = bw_of(in, a), bb = bw_of(in, b);
         return ba != bb ? ba > bb : a < b;
       });
-      link(t, in.root, relay);
+      int parent = *std::min_element(senders.begin(), senders.end(), [&](int a, int b) {
+        return t.children[a].size() < t.children[b].size();  // ties: the earlier (the root first)
+      });
+      link(t, parent, relay);
       std::vector<int> rest_members;
       for (int m : members)
         if (m != relay) rest_members.push_back(m);
       feed(relay, rest_members);
     }
   } else {
-    return InvalidArgument("unknown broadcast algorithm '" + algo + "' (flat, chain, binomial, region_tree, auto)");
+    return InvalidArgument("unknown broadcast algorithm '" + algo +
+                           "' (flat, chain, binomial, region_tree, region_spread, two_level, auto)");
   }
   order_children(t, in);
   t.est_seconds = estimate_seconds(t, in);

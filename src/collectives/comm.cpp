@@ -10,10 +10,14 @@ namespace {
 params::StringParam kRegion("REGION", "", "This rank's region label for the topology-aware tree (empty: infer from RTTs).");
 }
 
-std::string host_name() {
+// A host is a machine and the address its ranks listen on: ranks of one machine normally share both;
+// emulated hosts (wanemu: one address each) and multi-homed setups with one address per rank group
+// count as distinct hosts, which is what the tree needs (each has its own uplink).
+std::string host_identity(const std::string& address) {
   char h[256] = {0};
   gethostname(h, sizeof h - 1);
-  return h;
+  auto colon = address.rfind(':');
+  return std::string(h) + "@" + (colon == std::string::npos ? address : address.substr(0, colon));
 }
 
 std::string region_label() { return kRegion.get(); }
@@ -30,7 +34,7 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   c->id_ = idd;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
   SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
-  bootstrap::RankInfo me{c->net_->address(), host_name(), region_label(), c->net_->nstreams()};
+  bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()), region_label(), c->net_->nstreams()};
   auto d = c->deadline();
   auto table = bootstrap::exchange(idd, rank, nranks, me, d);
   if (!table.ok()) return std::move(table).take_status().context("rank " + std::to_string(rank) + " joining the communicator");

@@ -86,7 +86,7 @@ class Comm {
 };
 
 // This host's name and the region label (SPARROW_REGION, else empty: inferred later from RTTs).
-std::string host_name();
+std::string host_identity(const std::string& address);
 std::string region_label();
 
 }  // namespace sparrow

@@ -46,7 +46,7 @@ TEST(Tree, EveryAlgorithmSpansEveryRankForAnyRoot) {
       in.places.resize(n);
       in.rtt_s.resize(n);
       in.bw_Bps.resize(n);
-      for (const auto& a : {"flat", "chain", "binomial", "region_tree", "auto"}) {
+      for (const auto& a : {"flat", "chain", "binomial", "region_tree", "region_spread", "two_level", "auto"}) {
         auto t = build_tree(a, in);
         ASSERT_TRUE(t.ok()) << a;
         expect_spanning(t.value(), n);
@@ -67,6 +67,43 @@ TEST(Tree, RegionTreeCrossesEachBoundaryOnce) {
   EXPECT_EQ(t.parent[3], 4) << "same host as the relay: fed by it directly";
   // Ranks on the root's own hosts stay one hop from their host leader.
   EXPECT_EQ(t.parent[2], 1);
+}
+
+// The four-region WAN of bench/scenarios/four_regions.toml: one rank per host, 1 Gbit/s everywhere.
+TreeInput wan8() {
+  TreeInput in;
+  in.nranks = 8;
+  const char* regs[] = {"us", "us", "eu", "eu", "ap", "ap", "sa", "sa"};
+  for (int r = 0; r < 8; ++r) in.places.push_back({"h" + std::to_string(r), regs[r]});
+  in.rtt_s = {0, 5e-4, 0.08, 0.08, 0.15, 0.15, 0.12, 0.12};
+  in.bw_Bps = std::vector<double>(8, 1.25e8);
+  in.message_bytes = 1e6;
+  return in;
+}
+
+TEST(Tree, RegionSpreadLetsTheRootRegionsHostsFeedRemoteRelays) {
+  auto t = build_tree("region_spread", wan8()).value();
+  expect_spanning(t, 8);
+  int crossings = 0;
+  for (int r = 0; r < 8; ++r)
+    if (t.parent[r] >= 0 && t.region[t.parent[r]] != t.region[r]) ++crossings;
+  EXPECT_EQ(crossings, 3) << t.format();  // still one crossing per remote region
+  EXPECT_EQ(t.children[0].size(), 2u) << "the root feeds its region's other host and one relay: " << t.format();
+  EXPECT_EQ(t.children[1].size(), 2u) << t.format();
+  // Farthest first: the root's first child leads to ap (150 ms).
+  int first = t.children[0][0];
+  EXPECT_TRUE(first == 4 || (first == 1 && t.children[1][0] == 4)) << t.format();
+  // With the root's uplink the bottleneck, the cost model prefers it to region_tree.
+  auto rt = build_tree("region_tree", wan8()).value();
+  EXPECT_LT(t.est_seconds, rt.est_seconds);
+  EXPECT_EQ(build_tree("auto", wan8()).value().algo, "auto:region_spread");
+}
+
+TEST(Tree, ChildrenAreOrderedFarthestFirst) {
+  auto t = build_tree("flat", wan8()).value();
+  ASSERT_EQ(t.children[0].size(), 7u);
+  EXPECT_TRUE(t.children[0][0] == 4 || t.children[0][0] == 5) << t.format();
+  EXPECT_EQ(t.children[0].back(), 1) << t.format();
 }
 
 TEST(Tree, RegionsInferredFromRttWithoutLabels) {

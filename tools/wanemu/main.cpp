@@ -397,7 +397,7 @@ int cmd_tcp_source(const char* addr, int port, long long bytes) {
 }
 
 int cmd_selftest_proxy(const char* self) {
-  const double mbit = 500, one_way = 25;
+  const double mbit = getenv("WANEMU_SELFTEST_MBIT") ? atof(getenv("WANEMU_SELFTEST_MBIT")) : 500, one_way = 25;
   auto px = Proxy::start(two_hosts(mbit, one_way, 0), find_preload());
   if (!px.ok()) {
     fprintf(stderr, "wanemu selftest --proxy: %s\n", px.status().to_string().c_str());
