@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "core/log.h"
 #include "core/params.h"
@@ -133,8 +134,11 @@ std::vector<uint8_t> ack_bytes(const Status& s, bool resync) {
 // buffer set, and dense broadcasts): sent to every rank, so a mismatch fails everywhere.
 Status send_verdict(Comm& c, uint64_t seq, const Status& v) {
   auto m = share(ack_bytes(v, false));
+  std::vector<SendRequestPtr> reqs;
   for (int r = 0; r < c.nranks(); ++r)
-    if (r != c.rank()) SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kVerdictSub}, m));
+    if (r != c.rank()) SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kVerdictSub}, m, &reqs));
+  // Handed to the transport before returning: the caller may destroy the communicator next.
+  for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(c.deadline()));
   return Status::Ok();
 }
 
@@ -418,65 +422,64 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   std::vector<SendRequestPtr> reqs;
   SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), seq, 0}, d));
   auto hshared = share(std::move(hm));
-  SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared));
+  SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared, &reqs));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
   Status result = check_header(h, kSparse, bufs, root, me);
   const bool resync_me = std::find(h.resync.begin(), h.resync.end(), me) != h.resync.end();
-  // Relay: verify each chunk, forward it at once, stage it.
-  std::vector<uint8_t> ck;
-  std::vector<std::pair<std::pair<uint32_t, uint64_t>, std::shared_ptr<std::vector<uint8_t>>>> chunks;
+  // This rank's receive state (a new buffer set, or a new layout, starts from nothing).
+  auto& rv = c.coll().recvs[key];
+  if (rv.layout.size() != layout.size() ||
+      !std::equal(layout.begin(), layout.end(), rv.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
+        return a.count == b.count && a.dtype == b.dtype;
+      })) {
+    rv.layout = layout;
+    rv.st = {};
+  }
+  std::vector<void*> dst;
+  for (auto& b : bufs) dst.push_back(b.recv);
+  // Relay: forward each frame at once (cut-through); then verify and decode it here while the next
+  // ones are on the wire, so that only the writes remain after the last one.
+  std::optional<kernels::cpu::ApplySession> sess;
+  if (result.ok() && !resync_me) sess.emplace(dst, layout, rv.st);
+  Status staged;  // the first verification/decoding failure, if any
   std::shared_ptr<std::vector<uint8_t>> footer_msg;
-  format::Header ckh;
-  Status corrupt;
+  uint64_t wire = 0;
+  bool full_ck = false;
+  double tdec = 0;
   for (uint32_t sub = 1;; ++sub) {
     SPARROW_ASSIGN_OR_RETURN(auto m, c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d));
     auto ms = share(std::move(m));
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms));
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs));
     const auto& v = *ms;
-    size_t used = 0;
+    wire += v.size();
     bool footer = v.size() >= 4 && format::load_u32(v.data()) == format::kFooterMagic;
     if (sub == 1) {
+      size_t used = 0;
       auto hh = format::parse_header(v, &used);
-      if (!hh.ok() && corrupt.ok()) corrupt = hh.status();
-      if (hh.ok()) ckh = hh.value();
-      ck.insert(ck.end(), v.begin(), v.end());
+      full_ck = hh.ok() && hh->full();
+      if (sess && staged.ok()) staged = sess->begin(v);
     } else if (footer) {
       footer_msg = ms;
-    } else {
-      auto cc = format::parse_chunk(v, ckh, &used);
-      if (!cc.ok() && corrupt.ok())
-        corrupt = std::move(cc).take_status().context("chunk " + std::to_string(sub - 2) + " from rank " + std::to_string(parent));
-      chunks.push_back({{cc.ok() ? cc->h.tensor : 0u, cc.ok() ? cc->h.elem_begin : 0u}, ms});
+    } else if (sess && staged.ok()) {
+      double t0 = now_s();
+      staged = sess->add_chunk(ms);
+      if (!staged.ok()) staged = std::move(staged).context("from rank " + std::to_string(parent));
+      tdec += now_s() - t0;
     }
     if (footer || sub > (1u << 30)) break;
   }
-  // Chunks arrive in the order the root's workers finished them; the checkpoint lists them in
-  // (tensor, element) order.
-  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [k, m] : chunks) ck.insert(ck.end(), m->begin(), m->end());
-  if (footer_msg) ck.insert(ck.end(), footer_msg->begin(), footer_msg->end());
   double ta = now_s();
   bool need_resync = false;
+  kernels::cpu::ApplyStats as;
   if (result.ok()) {
-    auto& rv = c.coll().recvs[key];
-    if (rv.layout.size() != layout.size() ||
-        !std::equal(layout.begin(), layout.end(), rv.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
-          return a.count == b.count && a.dtype == b.dtype;
-        })) {
-      rv.layout = layout;
-      rv.st = {};
-    }
-    std::vector<void*> dst;
-    for (auto& b : bufs) dst.push_back(b.recv);
     if (resync_me) {
       SPARROW_ASSIGN_OR_RETURN(auto snap, c.net().recv(root, MsgKey{c.comm_id(), seq, kResyncSub}, d));
       result = kernels::cpu::apply_checkpoint(snap, dst, layout, rv.st);
       if (result.ok()) st.resyncs++;
-    } else if (!corrupt.ok()) {
-      result = corrupt;
     } else {
-      kernels::cpu::ApplyStats as;
-      result = kernels::cpu::apply_checkpoint(ck, dst, layout, rv.st, {}, &as);
+      if (!staged.ok()) result = staged;
+      else if (!footer_msg) result = CorruptData("checkpoint from rank " + std::to_string(parent) + " has no footer");
+      else result = sess->finish(*footer_msg, &as);
       if (result.code() == Code::kVersionMismatch) {
         need_resync = true;
         result = std::move(result).context("rank " + std::to_string(me) + " will be resynchronised with a full "
@@ -485,21 +488,27 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       st.changed = as.changes;
     }
   }
-  st.apply_s = now_s() - ta;
+  st.apply_s = now_s() - ta + tdec;
   auto ack = share(ack_bytes(result, need_resync));
   SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
-  if (ckh.full()) {
+  if (full_ck) {
     Status v = recv_verdict(c, seq, root, d);
     if (result.ok()) result = v;
   }
   st.ops++;
   st.dense_bytes = size_t(dense);
-  st.wire_bytes = ck.size();
+  st.wire_bytes = wire;
   uint64_t elems = 0;
   for (auto& l : layout) elems += l.count;
   st.density = elems ? double(st.changed) / double(elems) : 0;
   st.encode_s = 0;
-  st.full = ckh.full();
+  st.full = full_ck;
+  // A relay's forwarding is part of its call: once it returns, the caller may destroy the
+  // communicator, which must not cut its children off. (Handed to the kernel: usually done already.)
+  for (auto& r : reqs) {
+    Status s = r->wait(d);
+    if (!s.ok() && result.ok()) result = std::move(s).context("forwarding to this rank's children");
+  }
   st.total_s = now_s() - t0;
   return result;
 }

@@ -46,7 +46,14 @@ void Mailbox::frame_end(Conn*, const FrameHeader& h) {
   }
 }
 
-void Mailbox::conn_failed(Conn*, const Status& why) { fail(why); }
+void Mailbox::conn_failed(Conn* c, const Status& why) {
+  if (why.code() == Code::kPeerLost && streams_ > 1) {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_.insert(c);
+    if (int(closed_.size()) < streams_) return;
+  }
+  fail(why);
+}
 
 void Mailbox::fail(const Status& why) {
   std::lock_guard<std::mutex> lk(mu_);

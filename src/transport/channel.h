@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "transport/transport.h"
@@ -17,7 +18,10 @@ namespace sparrow::transport {
 // Receives the frames of one peer (from all its streams) and reassembles messages by key.
 class Mailbox : public FrameSink {
  public:
-  explicit Mailbox(std::string peer_desc) : peer_desc_(std::move(peer_desc)) {}
+  // `streams`: the connections this peer's messages arrive on. One of them closing cleanly does not
+  // fail the mailbox while others are open: frames already on those may still be in flight (a peer
+  // that sends its last message and closes). All of them closed, or any other failure, does.
+  explicit Mailbox(std::string peer_desc, int streams = 1) : peer_desc_(std::move(peer_desc)), streams_(streams) {}
   // Waits for the complete message `k` and takes it.
   Result<std::vector<uint8_t>> recv(const MsgKey& k, Deadline d);
   // Like recv, but the payload lands in `dst` (exactly `len` bytes expected): no copy when the
@@ -50,6 +54,8 @@ class Mailbox : public FrameSink {
   std::condition_variable cv_;
   std::map<MsgKey, Entry> entries_;
   Status failed_;
+  int streams_ = 1;
+  std::set<Conn*> closed_;  // connections the peer closed
   double bw_ = 0;  // EWMA, bytes/s
 };
 

@@ -22,7 +22,7 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->addrs_.resize(nranks);
   n->accepted_.resize(nranks);
   n->chans_.resize(nranks);
-  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r)));
+  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams));
   BackendOptions bo;
   bo.identity = id;
   SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());

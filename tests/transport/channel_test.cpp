@@ -1,9 +1,12 @@
-// Channel striping: fragments go to the least-queued connection, and ties rotate.
+// Channel striping (fragments go to the least-queued connection, ties rotate) and the Mailbox's
+// handling of a peer that closes its streams.
 #include "transport/channel.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
+#include <string>
 
 namespace sparrow::transport {
 namespace {
@@ -42,6 +45,35 @@ TEST(ChannelTest, SmallMessagesSpreadOverEveryStream) {
   }
   // Without rotation every message would take stream 0 (all queues are always empty).
   for (auto& c : cs) EXPECT_EQ(c->frames.load(), 2) << "stream " << c->stream();
+}
+
+TEST(MailboxTest, OneStreamClosingCleanlyDoesNotLoseWhatAnotherStillDelivers) {
+  // A peer sends its last message on stream B and closes all streams; stream A's close is seen first.
+  Mailbox mb("rank 1", 2);
+  InstantConn a(0), b(1);
+  mb.conn_failed(&a, Status(Code::kPeerLost, "stream 0 closed by the peer"));
+  FrameHeader h;
+  h.key = MsgKey{1, 7, 0};
+  h.total = h.len = 3;
+  auto dst = mb.frame_begin(&b, h);
+  ASSERT_TRUE(dst.ok());
+  memcpy(dst.value(), "abc", 3);
+  mb.frame_end(&b, h);
+  auto m = mb.recv(h.key, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(std::string(m->begin(), m->end()), "abc");
+  // Once every stream is closed, waiting for more fails at once (no timeout).
+  mb.conn_failed(&b, Status(Code::kPeerLost, "stream 1 closed by the peer"));
+  auto more = mb.recv(MsgKey{1, 8, 0}, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  EXPECT_EQ(more.status().code(), Code::kPeerLost);
+}
+
+TEST(MailboxTest, AnyOtherFailureFailsAtOnce) {
+  Mailbox mb("rank 1", 4);
+  InstantConn a(0);
+  mb.conn_failed(&a, Status(Code::kCorruptData, "bad frame"));
+  auto m = mb.recv(MsgKey{1, 1, 0}, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  EXPECT_EQ(m.status().code(), Code::kCorruptData);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <set>
 
 #include "core/log.h"
 #include "core/parallel.h"
@@ -434,12 +435,25 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
 
 // ---------------------------------------------------------------------------------------------------
 
-Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
-                        std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt,
-                        ApplyStats* stats) {
-  double wall0 = now_s();
-  SPARROW_ASSIGN_OR_RETURN(format::CheckpointView cv, format::parse_checkpoint(checkpoint));
-  const format::Header& h = cv.header;
+namespace {
+
+// What a verified chunk will write: positions and new values, or the new bytes of the whole range.
+struct Staged {
+  std::vector<uint32_t> pos;
+  std::vector<uint8_t> vals;
+  const uint8_t* dense = nullptr;  // dense chunks: the new bytes of the whole range
+  uint64_t dig = 0;                // digest change of the chunk's range
+  format::ChunkHeader h;
+};
+
+struct StageScratch {
+  std::vector<uint8_t> oldv, zs, base;  // base: a device chunk's old bytes
+};
+
+// The checks that need only the header: layout, base version and digests.
+Status check_receiver(const format::Header& h, std::span<void* const> targets, std::span<const TensorSpec> layout,
+                      const ReceiverState& state, const ApplyOptions& opt, const std::vector<uint8_t>& on_dev,
+                      int threads) {
   const size_t nt = h.tensors.size();
   if (layout.size() != nt || targets.size() != nt)
     return Error(Code::kInvalidUsage, "checkpoint has " + std::to_string(nt) + " tensors, receiver has " +
@@ -453,136 +467,115 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
                                             format::dtype_name(layout[t].dtype));
     if (e.count && !targets[t]) return InvalidArgument("tensor '" + e.name + "': null target buffer");
   }
-  const bool full = h.full();
-  int threads = opt.threads > 0 ? opt.threads : kernel_threads();
-  DeviceOps* dev = device_ops();
-  std::vector<uint8_t> on_dev(nt, 0);
-  for (size_t t = 0; t < nt; ++t) on_dev[t] = is_device(dev, targets[t]);
-  if (!full) {
-    if (state.version != h.base_version)
-      return VersionMismatch("receiver holds version " + std::to_string(state.version) + ", checkpoint applies to version " +
-                             std::to_string(h.base_version));
-    if (state.digests.size() != nt) return VersionMismatch("receiver has no digests for its buffers");
-    for (size_t t = 0; t < nt; ++t) {
-      if (state.digests[t] != h.tensors[t].base_digest)
-        return VersionMismatch("tensor '" + h.tensors[t].name + "' does not hold the checkpoint's base contents");
-      const void* tb = targets[t];
-      std::vector<uint8_t> copy;
-      if (opt.verify_base && on_dev[t]) {
-        copy.resize(h.tensors[t].count * h.tensors[t].elem_size);
-        SPARROW_RETURN_IF_ERROR(copy_any(copy.data(), tb, copy.size()));
-        tb = copy.data();
-      }
-      if (opt.verify_base &&
-          format::digest_tensor(uint32_t(t), tb, h.tensors[t].count, h.tensors[t].elem_size, threads) !=
-              h.tensors[t].base_digest)
-        return VersionMismatch("tensor '" + h.tensors[t].name + "' was modified since version " +
-                               std::to_string(state.version));
+  if (h.full()) return Status::Ok();
+  if (state.version != h.base_version)
+    return VersionMismatch("receiver holds version " + std::to_string(state.version) + ", checkpoint applies to version " +
+                           std::to_string(h.base_version));
+  if (state.digests.size() != nt) return VersionMismatch("receiver has no digests for its buffers");
+  for (size_t t = 0; t < nt; ++t) {
+    if (state.digests[t] != h.tensors[t].base_digest)
+      return VersionMismatch("tensor '" + h.tensors[t].name + "' does not hold the checkpoint's base contents");
+    const void* tb = targets[t];
+    std::vector<uint8_t> copy;
+    if (opt.verify_base && on_dev[t]) {
+      copy.resize(h.tensors[t].count * h.tensors[t].elem_size);
+      SPARROW_RETURN_IF_ERROR(copy_any(copy.data(), tb, copy.size()));
+      tb = copy.data();
     }
+    if (opt.verify_base &&
+        format::digest_tensor(uint32_t(t), tb, h.tensors[t].count, h.tensors[t].elem_size, threads) !=
+            h.tensors[t].base_digest)
+      return VersionMismatch("tensor '" + h.tensors[t].name + "' was modified since version " +
+                             std::to_string(state.version));
   }
+  return Status::Ok();
+}
 
-  struct Staged {
-    std::vector<uint32_t> pos;
-    std::vector<uint8_t> vals;
-    const uint8_t* dense = nullptr;  // dense chunks: the new bytes of the whole range
-    uint64_t dig = 0;
-  };
-  struct Scratch {
-    std::vector<uint8_t> oldv, zs, base;  // base: a device chunk's old bytes
-  };
-  const size_t nc = cv.chunks.size();
-  std::vector<Staged> staged(nc);
-  std::vector<Status> errs(nc);
-  std::vector<Scratch> scratch(threads);
-  double t_dec0 = now_s();
-  parallel_for(nc, threads, [&](size_t i, int w) {
-    const format::ChunkView& c = cv.chunks[i];
-    const uint32_t t = c.h.tensor;
-    const uint32_t es = h.tensors[t].elem_size;
-    const uint8_t* base = static_cast<const uint8_t*>(targets[t]) + c.h.elem_begin * es;
-    Staged& sg = staged[i];
-    Scratch& s = scratch[w];
-    if (c.h.index_codec == IndexCodec::kDense) {
-      const uint32_t n = c.h.elem_count;
-      if (on_dev[t] && !full) {  // the old bytes of the range, for the digest
-        s.base.resize(size_t(n) * es);
-        errs[i] = device_error(dev, dev->copy(s.base.data(), base, s.base.size()), "reading a device chunk");
-        if (!errs[i].ok()) return;
-        base = s.base.data();
-      }
-      if (c.h.value_codec == ValueCodec::kOverwrite) {
-        if (c.values.size() != size_t(n) * es) {
-          errs[i] = CorruptData("overwrite values: " + std::to_string(c.values.size()) + " bytes, expected " +
-                                std::to_string(size_t(n) * es));
-          return;
-        }
-        sg.dense = c.values.data();
-      } else {
-        sg.vals.resize(size_t(n) * es);
-        errs[i] = format::decode_values(c.h.value_codec, c.values, full ? nullptr : base, n, es, s.zs, sg.vals.data());
-        if (!errs[i].ok()) return;
-        sg.dense = sg.vals.data();
-      }
-      sg.dig = format::digest_range(t, sg.dense, c.h.elem_begin, n, es);
-      if (!full) sg.dig -= format::digest_range(t, base, c.h.elem_begin, n, es);
-      return;
+// Decodes and verifies one chunk against the targets' current (old) contents; writes nothing.
+Status stage_chunk(const format::Header& h, const format::ChunkView& c, std::span<void* const> targets,
+                   DeviceOps* dev, const std::vector<uint8_t>& on_dev, StageScratch& s, Staged& sg) {
+  const bool full = h.full();
+  const uint32_t t = c.h.tensor;
+  const uint32_t es = h.tensors[t].elem_size;
+  const uint8_t* base = static_cast<const uint8_t*>(targets[t]) + c.h.elem_begin * es;
+  sg.h = c.h;
+  if (c.h.index_codec == IndexCodec::kDense) {
+    const uint32_t n = c.h.elem_count;
+    if (on_dev[t] && !full) {  // the old bytes of the range, for the digest
+      s.base.resize(size_t(n) * es);
+      SPARROW_RETURN_IF_ERROR(device_error(dev, dev->copy(s.base.data(), base, s.base.size()), "reading a device chunk"));
+      base = s.base.data();
     }
-    const uint32_t k = c.h.change_count;
-    sg.pos.resize(k);
-    errs[i] = format::decode_index(c.h.index_codec, c.index, c.h.elem_count, k, sg.pos.data());
-    if (!errs[i].ok()) return;
-    s.oldv.resize(size_t(k) * es);
-    if (on_dev[t]) {
-      errs[i] = device_error(dev, dev->gather(base, sg.pos.data(), k, es, s.oldv.data()), "gathering old values on the device");
-      if (!errs[i].ok()) return;
+    if (c.h.value_codec == ValueCodec::kOverwrite) {
+      if (c.values.size() != size_t(n) * es)
+        return CorruptData("overwrite values: " + std::to_string(c.values.size()) + " bytes, expected " +
+                           std::to_string(size_t(n) * es));
+      sg.dense = c.values.data();
     } else {
-      gather(base, sg.pos.data(), k, es, s.oldv.data());
+      sg.vals.resize(size_t(n) * es);
+      SPARROW_RETURN_IF_ERROR(format::decode_values(c.h.value_codec, c.values, full ? nullptr : base, n, es, s.zs, sg.vals.data()));
+      sg.dense = sg.vals.data();
     }
-    sg.vals.resize(size_t(k) * es);
-    errs[i] = format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data());
-    if (!errs[i].ok()) return;
-    uint64_t d = 0;
-    for (uint32_t j = 0; j < k; ++j) {
-      uint64_t gi = c.h.elem_begin + sg.pos[j];
-      d += format::element_hash_delta(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es),
-                                      format::load_elem(&sg.vals[size_t(j) * es], es));
-    }
-    sg.dig = d;
-  });
-  for (size_t i = 0; i < nc; ++i) {
-    if (!errs[i].ok()) {
-      const auto& c = cv.chunks[i].h;
-      return std::move(errs[i]).context("chunk " + std::to_string(i) + " (tensor '" + h.tensors[c.tensor].name +
-                                        "', elements " + std::to_string(c.elem_begin) + ".." +
-                                        std::to_string(c.elem_begin + c.elem_count) + ")");
-    }
+    sg.dig = format::digest_range(t, sg.dense, c.h.elem_begin, n, es);
+    if (!full) sg.dig -= format::digest_range(t, base, c.h.elem_begin, n, es);
+    return Status::Ok();
   }
+  const uint32_t k = c.h.change_count;
+  sg.pos.resize(k);
+  SPARROW_RETURN_IF_ERROR(format::decode_index(c.h.index_codec, c.index, c.h.elem_count, k, sg.pos.data()));
+  s.oldv.resize(size_t(k) * es);
+  if (on_dev[t]) {
+    SPARROW_RETURN_IF_ERROR(device_error(dev, dev->gather(base, sg.pos.data(), k, es, s.oldv.data()), "gathering old values on the device"));
+  } else {
+    gather(base, sg.pos.data(), k, es, s.oldv.data());
+  }
+  sg.vals.resize(size_t(k) * es);
+  SPARROW_RETURN_IF_ERROR(format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data()));
+  uint64_t d = 0;
+  for (uint32_t j = 0; j < k; ++j) {
+    uint64_t gi = c.h.elem_begin + sg.pos[j];
+    d += format::element_hash_delta(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es),
+                                    format::load_elem(&sg.vals[size_t(j) * es], es));
+  }
+  sg.dig = d;
+  return Status::Ok();
+}
+
+Status chunk_context(Status e, const format::Header& h, const format::ChunkHeader& c, size_t i) {
+  return std::move(e).context("chunk " + std::to_string(i) + " (tensor '" + h.tensors[c.tensor].name + "', elements " +
+                              std::to_string(c.elem_begin) + ".." + std::to_string(c.elem_begin + c.elem_count) + ")");
+}
+
+// The acceptance predicate, then the writes. Nothing is written unless the digests match.
+Status commit(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
+              std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
+              const std::vector<uint8_t>& on_dev, int threads) {
+  const size_t nt = h.tensors.size();
+  const bool full = h.full();
   std::vector<uint64_t> nd(nt, 0);
   if (!full) nd = state.digests;
-  for (size_t i = 0; i < nc; ++i) nd[cv.chunks[i].h.tensor] += staged[i].dig;
+  for (auto& sg : staged) nd[sg.h.tensor] += sg.dig;
   for (size_t t = 0; t < nt; ++t) {
-    if (nd[t] != cv.footer.new_digests[t]) {
+    if (nd[t] != ft.new_digests[t]) {
       std::string msg = "tensor '" + h.tensors[t].name + "': digest of the result does not match version " +
                         std::to_string(h.new_version);
       if (full) return CorruptData(msg);
       return VersionMismatch(msg + " (the buffer differs from version " + std::to_string(h.base_version) + ")");
     }
   }
-  double t_wr0 = now_s();
   // Host writes cannot fail. Device writes can (a lost device): then the buffer is in an unknown
   // state, which the error says, and the receiver's version is dropped so that it gets resynchronised.
-  std::vector<Status> werrs(nc);
-  parallel_for(nc, threads, [&](size_t i, int) {
-    const format::ChunkView& c = cv.chunks[i];
-    const uint32_t es = h.tensors[c.h.tensor].elem_size;
-    uint8_t* base = static_cast<uint8_t*>(targets[c.h.tensor]) + c.h.elem_begin * es;
+  std::vector<Status> werrs(staged.size());
+  parallel_for(staged.size(), threads, [&](size_t i, int) {
     const Staged& sg = staged[i];
-    if (on_dev[c.h.tensor]) {
-      int e = sg.dense ? dev->copy(base, sg.dense, size_t(c.h.elem_count) * es)
+    const uint32_t es = h.tensors[sg.h.tensor].elem_size;
+    uint8_t* base = static_cast<uint8_t*>(targets[sg.h.tensor]) + sg.h.elem_begin * es;
+    if (on_dev[sg.h.tensor]) {
+      int e = sg.dense ? dev->copy(base, sg.dense, size_t(sg.h.elem_count) * es)
                        : dev->scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
       werrs[i] = device_error(dev, e, "writing to the device buffer");
     } else if (sg.dense) {
-      memcpy(base, sg.dense, size_t(c.h.elem_count) * es);
+      memcpy(base, sg.dense, size_t(sg.h.elem_count) * es);
     } else {
       scatter(base, sg.pos.data(), sg.pos.size(), es, sg.vals.data());
     }
@@ -595,7 +588,43 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     }
   }
   state.version = h.new_version;
-  state.digests = std::move(cv.footer.new_digests);
+  state.digests = ft.new_digests;
+  return Status::Ok();
+}
+
+std::vector<uint8_t> device_mask(DeviceOps* dev, std::span<void* const> targets) {
+  std::vector<uint8_t> m(targets.size(), 0);
+  for (size_t t = 0; t < targets.size(); ++t) m[t] = is_device(dev, targets[t]);
+  return m;
+}
+
+}  // namespace
+
+Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
+                        std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt,
+                        ApplyStats* stats) {
+  double wall0 = now_s();
+  SPARROW_ASSIGN_OR_RETURN(format::CheckpointView cv, format::parse_checkpoint(checkpoint));
+  const format::Header& h = cv.header;
+  const int threads = opt.threads > 0 ? opt.threads : kernel_threads();
+  DeviceOps* dev = device_ops();
+  if (targets.size() != h.tensors.size())
+    return Error(Code::kInvalidUsage, "checkpoint has " + std::to_string(h.tensors.size()) + " tensors, receiver has " +
+                                          std::to_string(targets.size()));
+  const std::vector<uint8_t> on_dev = device_mask(dev, targets);
+  SPARROW_RETURN_IF_ERROR(check_receiver(h, targets, layout, state, opt, on_dev, threads));
+  const size_t nc = cv.chunks.size();
+  std::vector<Staged> staged(nc);
+  std::vector<Status> errs(nc);
+  std::vector<StageScratch> scratch(threads);
+  double t_dec0 = now_s();
+  parallel_for(nc, threads, [&](size_t i, int w) {
+    errs[i] = stage_chunk(h, cv.chunks[i], targets, dev, on_dev, scratch[w], staged[i]);
+  });
+  for (size_t i = 0; i < nc; ++i)
+    if (!errs[i].ok()) return chunk_context(std::move(errs[i]), h, cv.chunks[i].h, i);
+  double t_wr0 = now_s();
+  SPARROW_RETURN_IF_ERROR(commit(h, cv.footer, staged, targets, state, dev, on_dev, threads));
   if (stats) {
     stats->chunks = nc;
     stats->changes = 0;
@@ -605,6 +634,97 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
     stats->decode_seconds = t_wr0 - t_dec0;
     stats->write_seconds = end - t_wr0;
     stats->wall_seconds = end - wall0;
+  }
+  return Status::Ok();
+}
+
+// ---- ApplySession -------------------------------------------------------------------------------------
+
+struct ApplySession::Impl {
+  std::vector<void*> targets;
+  std::vector<TensorSpec> layout;
+  ReceiverState* state;
+  ApplyOptions opt;
+  int threads = 1;
+  DeviceOps* dev = nullptr;
+  std::vector<uint8_t> on_dev;
+  bool have_header = false;
+  format::Header h;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> frames;  // keeps the staged bytes alive
+  std::vector<Staged> staged;
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  StageScratch scratch;
+  uint64_t wire = 0, changes = 0;
+  double decode_s = 0;
+};
+
+ApplySession::ApplySession(std::span<void* const> targets, std::span<const TensorSpec> layout, ReceiverState& state,
+                           const ApplyOptions& opt)
+    : im_(std::make_unique<Impl>()) {
+  im_->targets.assign(targets.begin(), targets.end());
+  im_->layout.assign(layout.begin(), layout.end());
+  im_->state = &state;
+  im_->opt = opt;
+  im_->threads = opt.threads > 0 ? opt.threads : kernel_threads();
+  im_->dev = device_ops();
+  im_->on_dev = device_mask(im_->dev, targets);
+}
+
+ApplySession::~ApplySession() = default;
+
+Status ApplySession::begin(std::span<const uint8_t> header_frame) {
+  if (im_->have_header) return CorruptData("checkpoint header received twice");
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(im_->h, format::parse_header(header_frame, &used));
+  if (used != header_frame.size()) return CorruptData("trailing bytes after the checkpoint header");
+  im_->wire += header_frame.size();
+  SPARROW_RETURN_IF_ERROR(check_receiver(im_->h, im_->targets, im_->layout, *im_->state, im_->opt, im_->on_dev, im_->threads));
+  im_->have_header = true;
+  return Status::Ok();
+}
+
+Status ApplySession::add_chunk(std::shared_ptr<const std::vector<uint8_t>> frame) {
+  if (!im_->have_header) return CorruptData("checkpoint chunk before its header");
+  const double t0 = now_s();
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::ChunkView c, format::parse_chunk(*frame, im_->h, &used));
+  if (used != frame->size()) return CorruptData("trailing bytes after a checkpoint chunk");
+  if (!im_->seen.insert({c.h.tensor, c.h.elem_begin}).second)
+    return CorruptData("chunk of tensor " + std::to_string(c.h.tensor) + " at element " + std::to_string(c.h.elem_begin) +
+                       " received twice");
+  Staged sg;
+  Status e = stage_chunk(im_->h, c, im_->targets, im_->dev, im_->on_dev, im_->scratch, sg);
+  if (!e.ok()) return chunk_context(std::move(e), im_->h, c.h, im_->staged.size());
+  im_->staged.push_back(std::move(sg));
+  im_->frames.push_back(std::move(frame));
+  im_->wire += used;
+  im_->changes += c.h.change_count;
+  im_->decode_s += now_s() - t0;
+  return Status::Ok();
+}
+
+Status ApplySession::finish(std::span<const uint8_t> footer_frame, ApplyStats* stats) {
+  if (!im_->have_header) return CorruptData("checkpoint footer without a header");
+  const double t0 = now_s();
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Footer ft, format::parse_footer(footer_frame, im_->h, &used));
+  if (used != footer_frame.size()) return CorruptData("trailing bytes after the checkpoint footer");
+  if (ft.chunk_count != im_->staged.size())
+    return CorruptData("footer counts " + std::to_string(ft.chunk_count) + " chunks, received " +
+                       std::to_string(im_->staged.size()));
+  if (im_->h.full()) {
+    uint64_t blocks = 0;
+    for (uint32_t t = 0; t < im_->h.tensors.size(); ++t) blocks += im_->h.blocks(t);
+    if (blocks != im_->staged.size()) return CorruptData("full snapshot is missing chunks");
+  }
+  SPARROW_RETURN_IF_ERROR(commit(im_->h, ft, im_->staged, im_->targets, *im_->state, im_->dev, im_->on_dev, im_->threads));
+  if (stats) {
+    stats->chunks = im_->staged.size();
+    stats->changes = im_->changes;
+    stats->wire_bytes = im_->wire + used;
+    stats->decode_seconds = im_->decode_s;
+    stats->write_seconds = now_s() - t0;
+    stats->wall_seconds = stats->decode_seconds + stats->write_seconds;
   }
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -126,5 +127,26 @@ struct ApplyStats {
 Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,
                         std::span<const TensorSpec> layout, ReceiverState& state, const ApplyOptions& opt = {},
                         ApplyStats* stats = nullptr);
+
+// apply_checkpoint for a checkpoint that arrives frame by frame (the collectives' receivers): begin()
+// checks the header against the receiver (layout, base version, base digests); add_chunk() verifies
+// and decodes one chunk as soon as it arrives, in any order, reading the old values it needs from the
+// targets; finish() checks the footer (chunk count, coverage, the resulting digests) and only then
+// writes. Same guarantee as apply_checkpoint: on any error nothing was written and `state` is
+// unchanged. Decoding while later chunks are still on the wire leaves only the writes after the last
+// one. The targets must not change between begin() and finish(). One thread at a time.
+class ApplySession {
+ public:
+  ApplySession(std::span<void* const> targets, std::span<const TensorSpec> layout, ReceiverState& state,
+               const ApplyOptions& opt = {});
+  ~ApplySession();
+  Status begin(std::span<const uint8_t> header_frame);
+  Status add_chunk(std::shared_ptr<const std::vector<uint8_t>> frame);  // kept until finish()
+  Status finish(std::span<const uint8_t> footer_frame, ApplyStats* stats = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> im_;
+};
 
 }  // namespace sparrow::kernels::cpu
