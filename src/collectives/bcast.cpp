@@ -4,6 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
+#include <mutex>
+#include <deque>
+#include <condition_variable>
 #include <optional>
 
 #include "core/log.h"
@@ -322,6 +326,72 @@ Status broadcast(Comm& c, const BufferArg& b, int root) {
   return result;
 }
 
+namespace {
+
+// Runs an ApplySession's begin/add_chunk on its own thread, fed in arrival order.
+class Decoder {
+ public:
+  Decoder(kernels::cpu::ApplySession* sess, int parent) : sess_(sess), parent_(parent) {
+    if (sess_) t_ = std::thread([this] { run(); });
+  }
+  ~Decoder() { (void)join(); }
+  void push(std::shared_ptr<std::vector<uint8_t>> m) {
+    if (!sess_) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      q_.push_back(std::move(m));
+    }
+    cv_.notify_one();
+  }
+  // Waits for everything pushed; the first failure.
+  Status join() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    if (t_.joinable()) t_.join();
+    return status_;
+  }
+  Status abandon(Status why) && {
+    (void)join();
+    return why;
+  }
+  double seconds() const { return secs_; }
+
+ private:
+  void run() {
+    bool first = true;
+    while (true) {
+      std::shared_ptr<std::vector<uint8_t>> m;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return !q_.empty() || done_; });
+        if (q_.empty()) return;
+        m = std::move(q_.front());
+        q_.pop_front();
+      }
+      if (!status_.ok()) continue;  // drain: the first failure stands
+      double t0 = now_s();
+      status_ = first ? sess_->begin(*m) : sess_->add_chunk(m);
+      if (!status_.ok() && !first) status_ = std::move(status_).context("from rank " + std::to_string(parent_));
+      first = false;
+      secs_ += now_s() - t0;
+    }
+  }
+  kernels::cpu::ApplySession* sess_;
+  int parent_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<std::vector<uint8_t>>> q_;
+  bool done_ = false;
+  Status status_;
+  double secs_ = 0;
+  std::thread t_;
+};
+
+}  // namespace
+
 // ---- sparse ------------------------------------------------------------------------------------------
 
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
@@ -441,15 +511,17 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   // ones are on the wire, so that only the writes remain after the last one.
   std::optional<kernels::cpu::ApplySession> sess;
   if (result.ok() && !resync_me) sess.emplace(dst, layout, rv.st);
-  Status staged;  // the first verification/decoding failure, if any
+  // The decoder thread: header and chunks in arrival order. The receiving thread only receives and
+  // forwards, so a relay's children never wait for its decoding.
+  Decoder dec(sess ? &*sess : nullptr, parent);
   std::shared_ptr<std::vector<uint8_t>> footer_msg;
   uint64_t wire = 0;
   bool full_ck = false;
-  double tdec = 0;
   for (uint32_t sub = 1;; ++sub) {
-    SPARROW_ASSIGN_OR_RETURN(auto m, c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d));
-    auto ms = share(std::move(m));
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs));
+    auto m = c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d);
+    if (!m.ok()) return std::move(dec).abandon(m.status());
+    auto ms = share(std::move(m.value()));
+    if (Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs); !s.ok()) return std::move(dec).abandon(s);
     const auto& v = *ms;
     wire += v.size();
     bool footer = v.size() >= 4 && format::load_u32(v.data()) == format::kFooterMagic;
@@ -457,17 +529,13 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       size_t used = 0;
       auto hh = format::parse_header(v, &used);
       full_ck = hh.ok() && hh->full();
-      if (sess && staged.ok()) staged = sess->begin(v);
-    } else if (footer) {
-      footer_msg = ms;
-    } else if (sess && staged.ok()) {
-      double t0 = now_s();
-      staged = sess->add_chunk(ms);
-      if (!staged.ok()) staged = std::move(staged).context("from rank " + std::to_string(parent));
-      tdec += now_s() - t0;
     }
+    if (footer) footer_msg = ms;
+    else dec.push(ms);
     if (footer || sub > (1u << 30)) break;
   }
+  const Status staged = dec.join();
+  const double tdec = dec.seconds();
   double ta = now_s();
   bool need_resync = false;
   kernels::cpu::ApplyStats as;
