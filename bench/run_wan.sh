@@ -10,7 +10,7 @@ scenario=$1
 out=$2
 size=${3:-64M}
 b=build/bin
-export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-cubic}
+export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-bbr}
 run() {
   for attempt in 1 2; do
     if timeout 600 scripts/wanemu-mpirun.sh "$scenario" "$@" --json >>"$out"; then return 0; fi

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=build/bin
 args=(--model qwen3-0.6b --layers 2 --vocab 1024 --steps 10 "$@")
-export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-cubic}
+export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-bbr}
 if "$bin/wanemu" selftest --probe-only >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ]; then
   echo "== emulated WAN: bench/scenarios/four_regions.toml (us, eu, ap, sa; RTT 20-200 ms; 1 Gbit/s access links)"
   for attempt in 1 2; do
