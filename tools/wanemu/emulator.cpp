@@ -39,11 +39,7 @@ Status sh(const std::vector<std::string>& argv) {
   if (p == 0) {
     int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
-    std::vector<char*> a;
-    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    _exit(127);
+    exec_or_exit(argv, "wanemu");
   }
   int st = 0;
   waitpid(p, &st, 0);
@@ -323,12 +319,7 @@ Result<pid_t> Emulator::spawn(int host, const std::vector<std::string>& argv, bo
     }().c_str(), 1);
     setenv("SPARROW_SOCKET_IFNAME", h.ifname.c_str(), 1);
     setenv("SPARROW_REGION", s_.hosts[host].region.c_str(), 1);
-    std::vector<char*> a;
-    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    fprintf(stderr, "wanemu: cannot run %s: %s\n", a[0], strerror(errno));
-    _exit(127);
+    exec_or_exit(argv, "wanemu");
   }
   return p;
 }
@@ -351,6 +342,15 @@ void Emulator::stop() {
 }
 
 Emulator::~Emulator() { stop(); }
+
+void exec_or_exit(const std::vector<std::string>& argv, const char* who) {
+  std::vector<char*> a;
+  for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
+  a.push_back(nullptr);
+  if (!a.empty() && a[0]) execvp(a[0], a.data());
+  fprintf(stderr, "%s: cannot run %s: %s\n", who, a[0] ? a[0] : "(nothing)", strerror(errno));
+  _exit(127);
+}
 
 int enter_and_exec(const std::vector<std::string>& argv) {
   if (const char* mode = getenv("WANEMU_MODE"); mode && !strcmp(mode, "proxy")) {
@@ -375,12 +375,7 @@ int enter_and_exec(const std::vector<std::string>& argv) {
     std::string lp = pre;
     if (const char* old = getenv("LD_PRELOAD"); old && *old) lp += std::string(":") + old;
     setenv("LD_PRELOAD", lp.c_str(), 1);
-    std::vector<char*> a;
-    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    fprintf(stderr, "wanemu enter: cannot run %s: %s\n", a[0], strerror(errno));
-    return 127;
+    exec_or_exit(argv, "wanemu enter");
   }
   const char* ns = getenv("WANEMU_NS_PIDS");
   const char* ifs = getenv("WANEMU_IFNAMES");
@@ -406,12 +401,7 @@ int enter_and_exec(const std::vector<std::string>& argv) {
   setenv("SPARROW_SOCKET_IFNAME", names[rank].c_str(), 1);
   if (rank < int(rg.size())) setenv("SPARROW_REGION", rg[rank].c_str(), 1);
   setenv("WANEMU_RANK", std::to_string(rank).c_str(), 1);
-  std::vector<char*> a;
-  for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
-  a.push_back(nullptr);
-  execvp(a[0], a.data());
-  fprintf(stderr, "wanemu enter: cannot run %s: %s\n", a[0], strerror(errno));
-  return 127;
+  exec_or_exit(argv, "wanemu enter");
 }
 
 }  // namespace sparrow::wanemu

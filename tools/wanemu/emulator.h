@@ -51,6 +51,10 @@ class Emulator {
   std::shared_ptr<Impl> impl_;
 };
 
+// execvp(argv) in a child process that is about to become the command; on failure prints why and
+// exits 127 (never returns).
+[[noreturn]] void exec_or_exit(const std::vector<std::string>& argv, const char* who);
+
 // Root + TUN available?
 bool can_emulate(std::string* why);
 // Enters host `rank`'s namespace from the environment set by `wanemu run --launcher` and execs argv.

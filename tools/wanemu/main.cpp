@@ -88,6 +88,22 @@ void print_counters(const Scenario& s, const std::vector<Counters>& c) {
             (unsigned long long)c[i].loss_drops);
 }
 
+// Starts the command once per host; on a failure stops the ones started and returns false.
+template <typename Spawn>
+bool spawn_hosts(size_t n, Spawn spawn, std::vector<pid_t>& pids) {
+  for (size_t h = 0; h < n; ++h) {
+    auto c = spawn(int(h));
+    if (!c.ok()) {
+      fprintf(stderr, "wanemu: %s\n", c.status().to_string().c_str());
+      for (pid_t q : pids) kill(q, SIGTERM);
+      wait_all(pids);
+      return false;
+    }
+    pids.push_back(c.value());
+  }
+  return true;
+}
+
 constexpr const char* kProxyLabel =
     "wanemu: UNPRIVILEGED FALLBACK (loopback proxy): link rates and one-way delays only; TCP dynamics\n"
     "wanemu: (window/RTT limits, slow start, loss recovery) are NOT reproduced and loss/jitter are ignored.\n";
@@ -119,25 +135,11 @@ int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stat
     setenv("WANEMU_NRANKS", std::to_string(sc.hosts.size()).c_str(), 1);
     pid_t c = fork();
     if (c == 0) {
-      std::vector<char*> a;
-      for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
-      a.push_back(nullptr);
-      execvp(a[0], a.data());
-      _exit(127);
+      exec_or_exit(cmd, "wanemu");
     }
     pids.push_back(c);
   } else {
-    for (size_t h = 0; h < sc.hosts.size(); ++h) {
-      if (launcher && int(h) != launch_in) continue;
-      auto c = p.spawn(int(h), cmd);
-      if (!c.ok()) {
-        fprintf(stderr, "wanemu: %s\n", c.status().to_string().c_str());
-        for (pid_t q : pids) kill(q, SIGTERM);
-        wait_all(pids);
-        return 2;
-      }
-      pids.push_back(c.value());
-    }
+    if (!spawn_hosts(sc.hosts.size(), [&](int h) { return p.spawn(h, cmd); }, pids)) return 2;
   }
   int rc = wait_all(pids);
   if (stats) print_counters(sc, p.counters());
@@ -220,25 +222,12 @@ int cmd_run(int argc, char** argv) {
     } else {
       pid_t p = fork();
       if (p == 0) {
-        std::vector<char*> a;
-        for (auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
-        a.push_back(nullptr);
-        execvp(a[0], a.data());
-        _exit(127);
+        exec_or_exit(cmd, "wanemu");
       }
       pids.push_back(p);
     }
   } else {
-    for (size_t h = 0; h < e.hosts().size(); ++h) {
-      auto p = e.spawn(int(h), cmd);
-      if (!p.ok()) {
-        fprintf(stderr, "wanemu: %s\n", p.status().to_string().c_str());
-        for (pid_t q : pids) kill(q, SIGTERM);
-        wait_all(pids);
-        return 2;
-      }
-      pids.push_back(p.value());
-    }
+    if (!spawn_hosts(e.hosts().size(), [&](int h) { return e.spawn(h, cmd); }, pids)) return 2;
   }
   int rc = wait_all(pids);
   if (stats) print_counters(e.scenario(), e.counters());
@@ -260,11 +249,7 @@ std::string capture(const Emulator& e, int host, const std::vector<std::string>&
     const auto& h = e.hosts()[host];
     int fd = open(("/proc/" + std::to_string(h.holder) + "/ns/net").c_str(), O_RDONLY);
     if (setns(fd, CLONE_NEWNET) != 0) _exit(126);
-    std::vector<char*> a;
-    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    _exit(127);
+    exec_or_exit(argv, "wanemu");
   }
   close(p[1]);
   std::string out;

@@ -167,12 +167,7 @@ Result<pid_t> Proxy::spawn(int host, const std::vector<std::string>& argv, bool 
       dup2(null, 2);
     }
     for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> a;
-    for (auto& x : argv) a.push_back(const_cast<char*>(x.c_str()));
-    a.push_back(nullptr);
-    execvp(a[0], a.data());
-    fprintf(stderr, "wanemu: cannot run %s: %s\n", a[0], strerror(errno));
-    _exit(127);
+    exec_or_exit(argv, "wanemu");
   }
   return p;
 }

@@ -154,24 +154,31 @@ class CudaOps final : public DeviceOps {
   }
   int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) override {
     if (!k) return 0;
-    int dev = 0;
-    if (int e = device_of(base, &dev)) return e;
-    Ctx& c = t_ctx;
-    CK(cudaError_t(c.use(dev)));
-    const size_t o_val = up(k * 4), total = o_val + up(k * s);
-    CK(cudaError_t(c.reserve(total, total)));
-    auto* d = static_cast<char*>(c.d);
-    auto* h = static_cast<char*>(c.h);
-    memcpy(h, pos, k * 4);
-    CK(cudaMemcpyAsync(d, h, k * 4, cudaMemcpyHostToDevice, c.stream));
-    CK(cudaError_t(cuda::gather(base, reinterpret_cast<uint32_t*>(d), uint32_t(k), s, d + o_val, c.stream)));
-    CK(cudaMemcpyAsync(h + o_val, d + o_val, k * s, cudaMemcpyDeviceToHost, c.stream));
-    CK(cudaStreamSynchronize(c.stream));
-    memcpy(out, h + o_val, k * s);
+    Staging g;
+    CK(cudaError_t(stage(base, pos, k, s, nullptr, g)));
+    CK(cudaError_t(cuda::gather(base, g.dpos, uint32_t(k), s, g.dval, g.c->stream)));
+    CK(cudaMemcpyAsync(g.hval, g.dval, k * s, cudaMemcpyDeviceToHost, g.c->stream));
+    CK(cudaStreamSynchronize(g.c->stream));
+    memcpy(out, g.hval, k * s);
     return 0;
   }
   int scatter(void* base, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) override {
     if (!k) return 0;
+    Staging g;
+    CK(cudaError_t(stage(base, pos, k, s, vals, g)));
+    CK(cudaError_t(cuda::scatter(base, g.dpos, uint32_t(k), s, g.dval, g.c->stream)));
+    return int(cudaStreamSynchronize(g.c->stream));
+  }
+
+  // The calling thread's context for `base`'s device, with k positions (and values, if given) copied
+  // to device scratch through pinned staging.
+  struct Staging {
+    Ctx* c = nullptr;
+    uint32_t* dpos = nullptr;
+    char* dval = nullptr;
+    char* hval = nullptr;
+  };
+  int stage(const void* base, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals, Staging& g) {
     int dev = 0;
     if (int e = device_of(base, &dev)) return e;
     Ctx& c = t_ctx;
@@ -181,10 +188,10 @@ class CudaOps final : public DeviceOps {
     auto* d = static_cast<char*>(c.d);
     auto* h = static_cast<char*>(c.h);
     memcpy(h, pos, k * 4);
-    memcpy(h + o_val, vals, k * s);
-    CK(cudaMemcpyAsync(d, h, total, cudaMemcpyHostToDevice, c.stream));
-    CK(cudaError_t(cuda::scatter(base, reinterpret_cast<uint32_t*>(d), uint32_t(k), s, d + o_val, c.stream)));
-    return int(cudaStreamSynchronize(c.stream));
+    if (vals) memcpy(h + o_val, vals, k * s);
+    CK(cudaMemcpyAsync(d, h, vals ? total : k * 4, cudaMemcpyHostToDevice, c.stream));
+    g = Staging{&c, reinterpret_cast<uint32_t*>(d), d + o_val, h + o_val};
+    return 0;
   }
 
   std::string name_;
