@@ -119,8 +119,9 @@ sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatyp
  *   sparrowInvalidUsage     arguments differ between ranks (on the first call for a buffer every rank
  *                           returns it; later, receivers return it and the root at its next call)
  *   sparrowVersionMismatch  this receiver's buffer did not hold the previous version (a lost step, or
- *                           the user wrote into it): recvbuff is unchanged and the next call
- *                           delivers a full snapshot to this rank automatically
+ *                           the user wrote into it): recvbuff is unchanged and a later call (the
+ *                           next one once the root has this rank's acknowledgement, which travels
+ *                           asynchronously) delivers a full snapshot to this rank automatically
  *   sparrowPeerLost, sparrowTimeout, sparrowCorruptData: as named; recvbuff unchanged. */
 sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
                                    int root, sparrowComm_t comm, sparrowStream_t stream);
@@ -128,7 +129,9 @@ sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t 
 sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff);
 
 /* Calls between these travel as one operation: the sparse broadcasts of one communicator and root
- * become one checkpoint (one version step for a whole model's tensors). Per thread; may nest. */
+ * become one checkpoint (one version step for a whole model's tensors), and the dense broadcasts of
+ * one communicator and root send all their data before one round of acknowledgements (a group of N
+ * costs one round trip, not N). Per thread; may nest. */
 sparrowResult_t sparrowGroupStart(void);
 sparrowResult_t sparrowGroupEnd(void);
 

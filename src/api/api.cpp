@@ -112,7 +112,15 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
     sparrow::Status s;
     InUse guard(ops[i].comm);
     if (!ops[i].sparse) {
-      s = sparrow::coll::broadcast(*ops[i].comm->impl, ops[i].buf, ops[i].root);
+      // The dense broadcasts of one (communicator, root) in a group: one round of acknowledgements.
+      std::vector<sparrow::coll::BufferArg> bufs;
+      for (size_t j = i; j < ops.size(); ++j) {
+        if (!done[j] && !ops[j].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
+          bufs.push_back(ops[j].buf);
+          done[j] = true;
+        }
+      }
+      s = sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
     } else {
       std::vector<sparrow::coll::BufferArg> bufs;
       for (size_t j = i; j < ops.size(); ++j) {

@@ -233,92 +233,131 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
 
 // ---- dense -------------------------------------------------------------------------------------------
 
-Status broadcast(Comm& c, const BufferArg& b, int root) {
+Status broadcast(Comm& c, const BufferArg& b, int root) { return broadcast(c, std::vector<BufferArg>{b}, root); }
+
+Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   const int me = c.rank();
-  const uint32_t es = format::dtype_size(uint8_t(b.dtype));
-  const size_t bytes = b.count * es;
-  const uint64_t seq = c.next_seq();
   const auto d = c.deadline();
-  double t0 = now_s();
-  SPARROW_ASSIGN_OR_RETURN(topology::Tree t, tree_for(c, root, double(bytes)));
-  const auto& kids = t.children[me];
+  const double t0 = now_s();
   const size_t seg = size_t(kSegment.get());
-  const size_t nseg = bytes == 0 ? 0 : (bytes + seg - 1) / seg;
+  struct Op {
+    uint64_t seq;
+    topology::Tree t;
+    size_t bytes;
+    Status result;
+    std::vector<uint8_t> staging;  // device buffers, and receivers' scratch on a mismatch
+    bool to_device = false;
+  };
+  std::vector<Op> ops;
+  for (auto& b : bufs) {
+    Op op;
+    op.seq = c.next_seq();
+    op.bytes = b.count * format::dtype_size(uint8_t(b.dtype));
+    SPARROW_ASSIGN_OR_RETURN(op.t, tree_for(c, root, double(op.bytes)));
+    ops.push_back(std::move(op));
+  }
   std::vector<SendRequestPtr> reqs;
   Status result;
+  // Every operation's data first (pipelined in segments along its tree), then one round of
+  // acknowledgements and verdicts for all of them: a group of N broadcasts pays one round trip, not N.
   if (me == root) {
     SPARROW_RETURN_IF_ERROR(drain_acks(c, kAckWindow));
-    OpHeader h;
-    h.kind = kDense;
-    h.root = root;
-    h.bufs = {{b.count, uint8_t(b.dtype)}};
-    h.segment = seg;
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
-    const uint8_t* src = static_cast<const uint8_t*>(b.send);
-    // A device buffer goes through host staging (the transport reads host memory).
-    std::vector<uint8_t> staging;
-    if (bytes && kernels::is_device(kernels::device_ops(), src)) {
-      staging.resize(bytes);
-      SPARROW_RETURN_IF_ERROR(kernels::copy_any(staging.data(), src, bytes));
-      src = staging.data();
-    }
-    for (size_t i = 0; i < nseg; ++i) {
-      size_t off = i * seg, n = std::min(seg, bytes - off);
-      for (int kid : kids) {
-        auto r = c.net().send(kid, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, Payload{src + off, n, nullptr}, d);
-        if (!r.ok()) return r.status();
-        reqs.push_back(r.value());
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      const BufferArg& b = bufs[k];
+      Op& op = ops[k];
+      const auto& kids = op.t.children[me];
+      OpHeader h;
+      h.kind = kDense;
+      h.root = root;
+      h.bufs = {{b.count, uint8_t(b.dtype)}};
+      h.segment = seg;
+      SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), op.seq, 0}, share(h.encode())));
+      const uint8_t* src = static_cast<const uint8_t*>(b.send);
+      // A device buffer goes through host staging (the transport reads host memory).
+      if (op.bytes && kernels::is_device(kernels::device_ops(), src)) {
+        op.staging.resize(op.bytes);
+        SPARROW_RETURN_IF_ERROR(kernels::copy_any(op.staging.data(), src, op.bytes));
+        src = op.staging.data();
       }
+      const size_t nseg = op.bytes == 0 ? 0 : (op.bytes + seg - 1) / seg;
+      for (size_t i = 0; i < nseg; ++i) {
+        size_t off = i * seg, n = std::min(seg, op.bytes - off);
+        for (int kid : kids) {
+          auto r = c.net().send(kid, MsgKey{c.comm_id(), op.seq, uint32_t(1 + i)}, Payload{src + off, n, nullptr}, d);
+          if (!r.ok()) return r.status();
+          reqs.push_back(r.value());
+        }
+      }
+      if (b.recv && b.recv != b.send && op.bytes) SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, src, op.bytes));
     }
-    if (b.recv && b.recv != b.send && bytes) SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, src, bytes));
     for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
     // Agreement: every rank reports; a mismatched call fails everywhere.
-    for (int r = 0; r < c.nranks(); ++r) {
-      if (r == me) continue;
-      SPARROW_ASSIGN_OR_RETURN(auto a, c.net().recv(r, MsgKey{c.comm_id(), seq, kAckSub}, d));
-      Status s = take_ack(c, a, r, seq, {});
-      if (!s.ok() && result.ok()) result = s;
+    for (auto& op : ops) {
+      for (int r = 0; r < c.nranks(); ++r) {
+        if (r == me) continue;
+        SPARROW_ASSIGN_OR_RETURN(auto a, c.net().recv(r, MsgKey{c.comm_id(), op.seq, kAckSub}, d));
+        Status s = take_ack(c, a, r, op.seq, {});
+        if (!s.ok() && op.result.ok()) op.result = s;
+      }
     }
-    SPARROW_RETURN_IF_ERROR(send_verdict(c, seq, result));
+    for (auto& op : ops) {
+      SPARROW_RETURN_IF_ERROR(send_verdict(c, op.seq, op.result));
+      if (result.ok()) result = op.result;
+    }
   } else {
-    const int parent = t.parent[me];
-    SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), seq, 0}, d));
-    auto hshared = share(std::move(hm));
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared, &reqs));
-    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
-    result = check_header(h, kDense, {b}, root, me);
-    const size_t rbytes = h.bufs.empty() ? 0 : h.bufs[0].first * format::dtype_size(h.bufs[0].second);
-    const size_t rseg = h.segment ? h.segment : seg;
-    const size_t rn = rbytes == 0 ? 0 : (rbytes + rseg - 1) / rseg;
-    // On a mismatch the data still flows to the children (their calls may be right), through scratch.
-    std::vector<uint8_t> scratch;
-    uint8_t* dst = static_cast<uint8_t*>(b.recv);
-    const bool to_device = result.ok() && rbytes && kernels::is_device(kernels::device_ops(), dst);
-    if (!result.ok() || to_device) {  // a device buffer is received through host staging
-      scratch.resize(rbytes);
-      dst = scratch.data();
-    }
-    for (size_t i = 0; i < rn; ++i) {
-      size_t off = i * rseg, n = std::min(rseg, rbytes - off);
-      Status s = c.net().recv_into(parent, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, dst + off, n, d);
-      if (!s.ok()) return s;
-      for (int kid : kids) {
-        auto r = c.net().send(kid, MsgKey{c.comm_id(), seq, uint32_t(1 + i)}, Payload{dst + off, n, nullptr}, d);
-        if (!r.ok()) return r.status();
-        reqs.push_back(r.value());
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      const BufferArg& b = bufs[k];
+      Op& op = ops[k];
+      const auto& kids = op.t.children[me];
+      const int parent = op.t.parent[me];
+      SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), op.seq, 0}, d));
+      auto hshared = share(std::move(hm));
+      SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), op.seq, 0}, hshared, &reqs));
+      SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
+      op.result = check_header(h, kDense, {b}, root, me);
+      const size_t rbytes = h.bufs.empty() ? 0 : h.bufs[0].first * format::dtype_size(h.bufs[0].second);
+      const size_t rseg = h.segment ? h.segment : seg;
+      const size_t rn = rbytes == 0 ? 0 : (rbytes + rseg - 1) / rseg;
+      // On a mismatch the data still flows to the children (their calls may be right), through scratch.
+      uint8_t* dst = static_cast<uint8_t*>(b.recv);
+      op.to_device = op.result.ok() && rbytes && kernels::is_device(kernels::device_ops(), dst);
+      if (!op.result.ok() || op.to_device) {  // a device buffer is received through host staging
+        op.staging.resize(rbytes);
+        dst = op.staging.data();
+      }
+      for (size_t i = 0; i < rn; ++i) {
+        size_t off = i * rseg, n = std::min(rseg, rbytes - off);
+        Status s = c.net().recv_into(parent, MsgKey{c.comm_id(), op.seq, uint32_t(1 + i)}, dst + off, n, d);
+        if (!s.ok()) return s;
+        for (int kid : kids) {
+          auto r = c.net().send(kid, MsgKey{c.comm_id(), op.seq, uint32_t(1 + i)}, Payload{dst + off, n, nullptr}, d);
+          if (!r.ok()) return r.status();
+          reqs.push_back(r.value());
+        }
       }
     }
     for (auto& r : reqs) SPARROW_RETURN_IF_ERROR(r->wait(d));
-    if (to_device) result = kernels::copy_any(b.recv, dst, rbytes);
-    auto ack = share(ack_bytes(result, false));
-    SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
-    Status v = recv_verdict(c, seq, root, d);
-    if (result.ok()) result = v;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      Op& op = ops[k];
+      if (op.to_device) op.result = kernels::copy_any(bufs[k].recv, op.staging.data(), op.staging.size());
+      auto ack = share(ack_bytes(op.result, false));
+      SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), op.seq, kAckSub}, ack));
+    }
+    for (auto& op : ops) {
+      Status v = recv_verdict(c, op.seq, root, d);
+      if (op.result.ok()) op.result = v;
+      if (result.ok()) result = op.result;
+    }
   }
   auto& st = c.coll().stats;
   st.ops++;
-  st.dense_bytes = st.wire_bytes = bytes;
-  st.changed = b.count;
+  st.dense_bytes = st.wire_bytes = 0;
+  st.changed = 0;
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    st.dense_bytes += ops[k].bytes;
+    st.changed += bufs[k].count;
+  }
+  st.wire_bytes = st.dense_bytes;
   st.density = 1.0;
   st.encode_s = st.apply_s = 0;
   st.total_s = now_s() - t0;

@@ -33,6 +33,9 @@ struct BufferArg {
 };
 
 Status broadcast(Comm& c, const BufferArg& b, int root);
+// Several dense broadcasts from one root (a group): each is its own operation, but all the data goes
+// first and the acknowledgements and verdicts travel once for all of them.
+Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
 // One sparse operation over one or more buffers (a group): one checkpoint, one version step.
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
 // Waits (up to SPARROW_TIMEOUT_S) until every operation rooted here was acknowledged, so that a
