@@ -100,6 +100,14 @@ bool dtype_intercepted(ncclDataType_t t) {
 std::mutex g_mu;
 std::unordered_map<ncclComm_t, sparrowComm_t> g_comms;
 thread_local int t_group_depth = 0;
+// A libnccl whose init calls another public init through the PLT reaches us twice: only the outermost
+// call bootstraps.
+thread_local int t_init_depth = 0;
+struct InitScope {
+  InitScope() { ++t_init_depth; }
+  ~InitScope() { --t_init_depth; }
+  bool outermost() const { return t_init_depth == 1; }
+};
 
 sparrowComm_t lookup(ncclComm_t c) {
   std::lock_guard<std::mutex> lk(g_mu);
@@ -180,22 +188,27 @@ void bootstrap(ncclComm_t comm, int nranks, int rank) {
 }  // namespace
 
 SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  InitScope scope;
   ncclResult_t r = REAL(ncclCommInitRank)(comm, nranks, commId, rank);
-  if (r == ncclSuccess) bootstrap(*comm, nranks, rank);
+  if (r == ncclSuccess && scope.outermost()) bootstrap(*comm, nranks, rank);
   return r;
 }
 
 SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                                 ncclConfig_t* config) {
+  InitScope scope;
   ncclResult_t r = REAL(ncclCommInitRankConfig)(comm, nranks, commId, rank, config);
-  // A non-blocking communicator is not ready yet (ncclInProgress): left to NCCL.
-  if (r == ncclSuccess) bootstrap(*comm, nranks, rank);
+  // Non-blocking communicators are left to NCCL: their init (and our bootstrap broadcast) may return
+  // ncclInProgress on some ranks and succeed on others, and a half-created sparrow communicator would
+  // make the others wait. Every rank passes the same config, so all skip it alike.
+  if (r == ncclSuccess && scope.outermost() && !(config && config->blocking == 0)) bootstrap(*comm, nranks, rank);
   return r;
 }
 
 SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  InitScope scope;
   ncclResult_t r = REAL(ncclCommInitAll)(comms, ndev, devlist);
-  if (r != ncclSuccess || !shim_enabled() || ndev <= 0) return r;
+  if (r != ncclSuccess || !shim_enabled() || ndev <= 0 || !scope.outermost()) return r;
   // All ranks are in this process: one id, ranks initialised from threads (init is collective).
   sparrowUniqueId id;
   if (sparrowGetUniqueId(&id) != sparrowSuccess) return r;

@@ -119,6 +119,8 @@ FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniq
   return ncclSuccess;
 }
 
+// Calls the public ncclCommInitRank through the PLT, as a library may: an interposing shim sees two
+// nested inits and must bootstrap once (nccl_shim.preload_config checks it).
 FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank, ncclConfig_t*) {
   return ncclCommInitRank(comm, nranks, id, rank);
 }

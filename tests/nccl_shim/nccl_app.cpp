@@ -2,7 +2,7 @@
 // that change ~1% per step, plus an int32 broadcast, an fp32 all-reduce and a grouped broadcast. Run
 // against the test double of libnccl, with or without libsparrow_nccl.so in front of it.
 //
-//   nccl_app --expect-intercept 1|0
+//   nccl_app --expect-intercept 1|0 [--init rank|config|nonblocking]
 // Exits non-zero if a result is wrong or if the broadcasts were (not) served by the shim as expected.
 #include <nccl.h>
 
@@ -26,8 +26,11 @@ extern "C" long fakeNcclBroadcastCount(int dtype);
 
 int main(int argc, char** argv) {
   int expect = -1;
-  for (int i = 1; i + 1 < argc; ++i)
+  const char* init = "rank";  // rank | config | nonblocking: which init call the program uses
+  for (int i = 1; i + 1 < argc; ++i) {
     if (!strcmp(argv[i], "--expect-intercept")) expect = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--init")) init = argv[i + 1];
+  }
   if (expect < 0) {
     fprintf(stderr, "usage: nccl_app --expect-intercept 1|0\n");
     return 2;
@@ -48,7 +51,13 @@ int main(int argc, char** argv) {
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r) {
     ts.emplace_back([&, r] {
-      NCCL_CHECK(ncclCommInitRank(&comms[r], n, id, r));
+      if (!strcmp(init, "rank")) {
+        NCCL_CHECK(ncclCommInitRank(&comms[r], n, id, r));
+      } else {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        if (!strcmp(init, "nonblocking")) cfg.blocking = 0;
+        NCCL_CHECK(ncclCommInitRankConfig(&comms[r], n, id, r, &cfg));
+      }
       for (int step = 0; step < steps; ++step) {
         uint16_t* buf = r == 0 ? weights.data() : recv[r].data();
         NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclBfloat16, 0, comms[r], nullptr));
