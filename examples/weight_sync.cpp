@@ -64,23 +64,22 @@ int main(int argc, char** argv) {
   std::vector<kernels::cpu::TensorSpec> specs;
   std::vector<std::vector<uint8_t>> weights;
   std::vector<void*> ptr;
-  if (rank == 0) {
+  {
     gen::GenOptions go;
     go.model = model;
     go.layers = layers;
     go.vocab = vocab;
-    auto g = gen::UpdateGenerator::create(go);
-    if (!g.ok()) {
-      fprintf(stderr, "%s\n", g.status().to_string().c_str());
+    auto m = gen::open_model(go, rank == 0);
+    if (!m.ok()) {
+      fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    trainer = std::move(g.value());
-    specs = trainer->tensors();
+    trainer = std::move(m->gen);
+    specs = std::move(m->tensors);
+  }
+  if (trainer) {
     ptr = trainer->mutable_buffers();
   } else {
-    auto cfg = gen::load_model_config(model);
-    if (!cfg.ok()) MPI_Abort(MPI_COMM_WORLD, 2);
-    specs = gen::model_tensors(cfg.value(), layers, vocab);
     for (auto& s : specs) weights.emplace_back(s.bytes(), 0);
     for (auto& w : weights) ptr.push_back(w.data());
   }

@@ -184,23 +184,17 @@ int main(int argc, char** argv) {
   std::unique_ptr<gen::UpdateGenerator> gen;
   std::vector<kernels::cpu::TensorSpec> specs;
   if (!o.model.empty()) {
-    if (rank == o.root) {
-      gen::GenOptions go;
-      go.model = o.model;
-      go.layers = o.layers;
-      go.vocab = o.vocab;
-      auto g = gen::UpdateGenerator::create(go);
-      if (!g.ok()) {
-        fprintf(stderr, "%s\n", g.status().to_string().c_str());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-      }
-      gen = std::move(g.value());
-      specs = gen->tensors();
-    } else {
-      auto cfg = gen::load_model_config(o.model);
-      if (!cfg.ok()) MPI_Abort(MPI_COMM_WORLD, 2);
-      specs = gen::model_tensors(cfg.value(), o.layers, o.vocab);
+    gen::GenOptions go;
+    go.model = o.model;
+    go.layers = o.layers;
+    go.vocab = o.vocab;
+    auto m = gen::open_model(go, rank == o.root);
+    if (!m.ok()) {
+      fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    gen = std::move(m->gen);
+    specs = std::move(m->tensors);
     o.dtype = 9;
   }
   const uint32_t es = format::dtype_size(uint8_t(o.dtype));

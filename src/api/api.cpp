@@ -111,26 +111,17 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
     if (done[i]) continue;
     sparrow::Status s;
     InUse guard(ops[i].comm);
-    if (!ops[i].sparse) {
-      // The dense broadcasts of one (communicator, root) in a group: one round of acknowledgements.
-      std::vector<sparrow::coll::BufferArg> bufs;
-      for (size_t j = i; j < ops.size(); ++j) {
-        if (!done[j] && !ops[j].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
-          bufs.push_back(ops[j].buf);
-          done[j] = true;
-        }
+    // The broadcasts of one kind and one (communicator, root) in a group travel together: sparse ones
+    // as one checkpoint, dense ones with one round of acknowledgements.
+    std::vector<sparrow::coll::BufferArg> bufs;
+    for (size_t j = i; j < ops.size(); ++j) {
+      if (!done[j] && ops[j].sparse == ops[i].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
+        bufs.push_back(ops[j].buf);
+        done[j] = true;
       }
-      s = sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
-    } else {
-      std::vector<sparrow::coll::BufferArg> bufs;
-      for (size_t j = i; j < ops.size(); ++j) {
-        if (!done[j] && ops[j].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
-          bufs.push_back(ops[j].buf);
-          done[j] = true;
-        }
-      }
-      s = sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root);
     }
+    s = ops[i].sparse ? sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root)
+                      : sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
     done[i] = true;
     sparrowResult_t r = run(ops[i].comm, s);
     if (first == sparrowSuccess) first = r;

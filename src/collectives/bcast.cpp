@@ -233,8 +233,6 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
 
 // ---- dense -------------------------------------------------------------------------------------------
 
-Status broadcast(Comm& c, const BufferArg& b, int root) { return broadcast(c, std::vector<BufferArg>{b}, root); }
-
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   const int me = c.rank();
   const auto d = c.deadline();
@@ -391,10 +389,6 @@ class Decoder {
     cv_.notify_one();
     if (t_.joinable()) t_.join();
     return status_;
-  }
-  Status abandon(Status why) && {
-    (void)join();
-    return why;
   }
   double seconds() const { return secs_; }
 
@@ -557,10 +551,10 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   uint64_t wire = 0;
   bool full_ck = false;
   for (uint32_t sub = 1;; ++sub) {
-    auto m = c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d);
-    if (!m.ok()) return std::move(dec).abandon(m.status());
-    auto ms = share(std::move(m.value()));
-    if (Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs); !s.ok()) return std::move(dec).abandon(s);
+    // (An early return joins the decoder in its destructor.)
+    SPARROW_ASSIGN_OR_RETURN(auto m, c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d));
+    auto ms = share(std::move(m));
+    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs));
     const auto& v = *ms;
     wire += v.size();
     bool footer = v.size() >= 4 && format::load_u32(v.data()) == format::kFooterMagic;

@@ -32,8 +32,7 @@ struct BufferArg {
   int dtype = 0;
 };
 
-Status broadcast(Comm& c, const BufferArg& b, int root);
-// Several dense broadcasts from one root (a group): each is its own operation, but all the data goes
+// Dense broadcasts from one root (one, or a group): each is its own operation, but all the data goes
 // first and the acknowledgements and verdicts travel once for all of them.
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
 // One sparse operation over one or more buffers (a group): one checkpoint, one version step.

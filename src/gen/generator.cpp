@@ -72,6 +72,18 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+Result<ModelRole> open_model(const GenOptions& opt, bool with_generator) {
+  ModelRole r;
+  if (with_generator) {
+    SPARROW_ASSIGN_OR_RETURN(r.gen, UpdateGenerator::create(opt));
+    r.tensors = r.gen->tensors();
+  } else {
+    SPARROW_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model));
+    r.tensors = model_tensors(cfg, opt.layers, opt.vocab);
+  }
+  return r;
+}
+
 Result<std::unique_ptr<UpdateGenerator>> UpdateGenerator::create(const GenOptions& opt) {
   if (!(opt.lr > 0) || !(opt.beta1 >= 0 && opt.beta1 < 1) || !(opt.beta2 > 0 && opt.beta2 < 1))
     return InvalidArgument("generator: lr must be > 0 and betas in [0, 1)");

@@ -57,6 +57,14 @@ class UpdateGenerator {
   uint64_t step_ = 0;
 };
 
+// One rank's view of a model in a weight-sync job: the trainer (`with_generator`) holds the
+// generator and its weights; the others only need the tensor layout (no optimizer state).
+struct ModelRole {
+  std::unique_ptr<UpdateGenerator> gen;  // null unless with_generator
+  std::vector<kernels::cpu::TensorSpec> tensors;
+};
+Result<ModelRole> open_model(const GenOptions& opt, bool with_generator);
+
 uint16_t float_to_bf16(float f);  // round to nearest even; NaN stays NaN
 float bf16_to_float(uint16_t b);
 

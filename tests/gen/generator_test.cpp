@@ -96,3 +96,30 @@ TEST(MutateExact, ChangesExactlyTheRequestedCount) {
 
 }  // namespace
 }  // namespace sparrow::gen
+
+namespace sparrow::gen {
+namespace {
+
+TEST(OpenModel, WorkersGetTheTrainersLayoutWithoutTheOptimizer) {
+  GenOptions go;
+  go.model = "qwen3-0.6b";
+  go.layers = 1;
+  go.vocab = 256;
+  auto trainer = open_model(go, true);
+  auto worker = open_model(go, false);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+  ASSERT_TRUE(worker.ok()) << worker.status().to_string();
+  ASSERT_NE(trainer->gen, nullptr);
+  EXPECT_EQ(worker->gen, nullptr);
+  ASSERT_EQ(trainer->tensors.size(), worker->tensors.size());
+  for (size_t i = 0; i < worker->tensors.size(); ++i) {
+    EXPECT_EQ(trainer->tensors[i].name, worker->tensors[i].name);
+    EXPECT_EQ(trainer->tensors[i].count, worker->tensors[i].count);
+  }
+  go.model = "no-such-model";
+  EXPECT_FALSE(open_model(go, false).ok());
+  EXPECT_FALSE(open_model(go, true).ok());
+}
+
+}  // namespace
+}  // namespace sparrow::gen

@@ -109,7 +109,7 @@ constexpr const char* kProxyLabel =
     "wanemu: (window/RTT limits, slow start, loss recovery) are NOT reproduced and loss/jitter are ignored.\n";
 
 // The fallback: a loopback proxy, each host a 127.77.x.y address, programs carry the preload.
-int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stats, bool launcher, int launch_in) {
+int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stats, bool launcher) {
   fputs(kProxyLabel, stderr);
   auto px = Proxy::start(sc, find_preload());
   if (!px.ok()) {
@@ -120,7 +120,7 @@ int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stat
   signal(SIGTERM, on_signal);
   auto& p = *px.value();
   std::vector<pid_t> pids;
-  if (launcher && launch_in < 0) {
+  if (launcher) {
     // `wanemu enter` (under the launcher) picks each rank's host from these.
     std::string addrs, regs;
     for (size_t h = 0; h < sc.hosts.size(); ++h) {
@@ -189,7 +189,7 @@ int cmd_run(int argc, char** argv) {
       fprintf(stderr, "wanemu: --launch-in needs the namespace emulator; with the proxy use --launcher and `wanemu enter`\n");
       return 2;
     }
-    return run_proxy(sc.value(), cmd, stats, launcher, launch_in);
+    return run_proxy(sc.value(), cmd, stats, launcher);
   }
   auto em = Emulator::start(sc.value());
   if (!em.ok()) {
@@ -382,7 +382,7 @@ int cmd_tcp_source(const char* addr, int port, long long bytes) {
 }
 
 int cmd_selftest_proxy(const char* self) {
-  const double mbit = getenv("WANEMU_SELFTEST_MBIT") ? atof(getenv("WANEMU_SELFTEST_MBIT")) : 500, one_way = 25;
+  const double mbit = 500, one_way = 25;
   auto px = Proxy::start(two_hosts(mbit, one_way, 0), find_preload());
   if (!px.ok()) {
     fprintf(stderr, "wanemu selftest --proxy: %s\n", px.status().to_string().c_str());

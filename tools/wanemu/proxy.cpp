@@ -258,48 +258,49 @@ void Proxy::loop() {
     return std::max(now, t);
   };
   std::vector<uint8_t> buf(64 << 10);
-  // Moves what it can; returns the next time something becomes possible (INFINITY: wait for I/O).
-  // One read per call (at most 64 KiB, ~2 ms of the uplink): the caller round-robins over every
-  // connection, so flows that share a link interleave finely, as packets do, instead of one flow
-  // taking a whole queue's worth before the next.
+  // Reads at most once from d's sender if the link model allows it now; otherwise says when it will.
+  auto read_one = [&](Dir& d, double now, double& next, bool& dead, bool& progress) {
+    if (d.eof || d.queued >= kMaxQueued) return;
+    double at = read_allowed_at(d, now);
+    if (at > now) {
+      next = std::min(next, at);
+      return;
+    }
+    size_t want = buf.size();
+    if (d.from != d.to && im.up_bps[d.from] > 0)  // about 2 ms of the uplink per read: smooth pacing
+      want = std::clamp(size_t(im.up_bps[d.from] / 8 * 2e-3), size_t(1500), buf.size());
+    ssize_t r = recv(d.src, buf.data(), want, 0);
+    if (r == 0) {
+      d.eof = true;
+      return;
+    }
+    if (r < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) dead = true;
+      return;
+    }
+    double release = now;
+    if (d.from != d.to) {
+      double tx_up = im.up_bps[d.from] > 0 ? r * 8.0 / im.up_bps[d.from] : 0;
+      im.up_free[d.from] = std::max(now, im.up_free[d.from]) + tx_up;
+      double arrive = im.up_free[d.from] + im.delay_s[d.from][d.to];
+      double tx_down = im.down_bps[d.to] > 0 ? r * 8.0 / im.down_bps[d.to] : 0;
+      im.down_free[d.to] = std::max(arrive, im.down_free[d.to]) + tx_down;
+      release = im.down_free[d.to];
+    }
+    d.q.push_back(Seg{release, std::vector<uint8_t>(buf.begin(), buf.begin() + r)});
+    d.queued += size_t(r);
+    progress = true;
+    std::lock_guard<std::mutex> lk(im.mu);
+    im.counters[d.from].packets++;
+    im.counters[d.from].bytes += uint64_t(r);
+  };
+  // One read (the caller round-robins over every connection, so flows that share a link interleave
+  // finely, as packets do, instead of one flow taking a whole queue's worth before the next), then
+  // every write that is due. Returns the next time something becomes possible (INFINITY: wait for I/O).
   auto service = [&](Dir& d, double now, bool& dead, bool& progress) -> double {
     double next = INFINITY;
-    // Read.
-    for (int reads = 0; reads < 1 && !d.eof && d.queued < kMaxQueued; ++reads) {
-      double at = read_allowed_at(d, now);
-      if (at > now) {
-        next = std::min(next, at);
-        break;
-      }
-      size_t want = buf.size();
-      if (d.from != d.to && im.up_bps[d.from] > 0)  // about 2 ms of the uplink per read: smooth pacing
-        want = std::clamp(size_t(im.up_bps[d.from] / 8 * 2e-3), size_t(1500), buf.size());
-      ssize_t r = recv(d.src, buf.data(), want, 0);
-      if (r == 0) {
-        d.eof = true;
-        break;
-      }
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-        dead = true;
-        return INFINITY;
-      }
-      double release = now;
-      if (d.from != d.to) {
-        double tx_up = im.up_bps[d.from] > 0 ? r * 8.0 / im.up_bps[d.from] : 0;
-        im.up_free[d.from] = std::max(now, im.up_free[d.from]) + tx_up;
-        double arrive = im.up_free[d.from] + im.delay_s[d.from][d.to];
-        double tx_down = im.down_bps[d.to] > 0 ? r * 8.0 / im.down_bps[d.to] : 0;
-        im.down_free[d.to] = std::max(arrive, im.down_free[d.to]) + tx_down;
-        release = im.down_free[d.to];
-      }
-      d.q.push_back(Seg{release, std::vector<uint8_t>(buf.begin(), buf.begin() + r)});
-      d.queued += size_t(r);
-      progress = true;
-      std::lock_guard<std::mutex> lk(im.mu);
-      im.counters[d.from].packets++;
-      im.counters[d.from].bytes += uint64_t(r);
-    }
+    read_one(d, now, next, dead, progress);
+    if (dead) return INFINITY;
     // Write what is due.
     d.want_out = false;
     while (!d.q.empty()) {

@@ -608,9 +608,6 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
   const format::Header& h = cv.header;
   const int threads = opt.threads > 0 ? opt.threads : kernel_threads();
   DeviceOps* dev = device_ops();
-  if (targets.size() != h.tensors.size())
-    return Error(Code::kInvalidUsage, "checkpoint has " + std::to_string(h.tensors.size()) + " tensors, receiver has " +
-                                          std::to_string(targets.size()));
   const std::vector<uint8_t> on_dev = device_mask(dev, targets);
   SPARROW_RETURN_IF_ERROR(check_receiver(h, targets, layout, state, opt, on_dev, threads));
   const size_t nc = cv.chunks.size();
