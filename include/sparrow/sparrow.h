@@ -113,15 +113,17 @@ sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatyp
  * buffer address (root: sendbuff; others: recvbuff). The first call for a buffer sends it whole;
  * later calls send only the elements whose bits changed since the last call, and receivers, whose
  * recvbuff must still hold the previous version, apply them after verifying every chunk and the
- * content digest. A receiver's buffer holds the old version or the new one, never a mixture.
+ * content digest. Before writing, a receiver checks that recvbuff still holds the previous version
+ * bit for bit (SPARROW_VERIFY_BASE, on by default; overlapped with the transfer). A receiver's buffer
+ * holds the old version or the new one, never a mixture, and sparrowSuccess is never returned unless
+ * it holds the root's new version.
  * Returns: on the root, once the data is handed to the transport (the caller may modify sendbuff at
  * once); on receivers, once the new version is in recvbuff. Errors:
  *   sparrowInvalidUsage     arguments differ between ranks (on the first call for a buffer every rank
  *                           returns it; later, receivers return it and the root at its next call)
- *   sparrowVersionMismatch  this receiver's buffer did not hold the previous version (a lost step, or
- *                           the user wrote into it): recvbuff is unchanged and a later call (the
- *                           next one once the root has this rank's acknowledgement, which travels
- *                           asynchronously) delivers a full snapshot to this rank automatically
+ *   sparrowVersionMismatch  this receiver's buffer did not hold the previous version (the user wrote
+ *                           into it, or a lost step): recvbuff is unchanged and the next call on it
+ *                           delivers a full snapshot to this rank automatically
  *   sparrowPeerLost, sparrowTimeout, sparrowCorruptData: as named; recvbuff unchanged. */
 sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
                                    int root, sparrowComm_t comm, sparrowStream_t stream);

@@ -38,8 +38,11 @@ constexpr size_t kAckWindow = 4;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
+
 struct OpHeader {
   uint8_t kind = 0;
+  uint8_t flags = 0;
   int32_t root = 0;
   std::vector<std::pair<uint64_t, uint8_t>> bufs;  // count, dtype
   std::vector<int32_t> resync;
@@ -48,7 +51,7 @@ struct OpHeader {
     std::vector<uint8_t> o;
     format::put_u32(o, kOpMagic);
     format::put_u8(o, kind);
-    format::put_u8(o, 0);
+    format::put_u8(o, flags);
     format::put_u16(o, 0);
     format::put_u32(o, uint32_t(root));
     format::put_u32(o, uint32_t(bufs.size()));
@@ -65,12 +68,11 @@ struct OpHeader {
     format::ByteReader r(m, "operation header");
     OpHeader h;
     uint32_t magic, root, nb, nr;
-    uint8_t res8;
     uint16_t res16;
     SPARROW_RETURN_IF_ERROR(r.u32(&magic));
     if (magic != kOpMagic) return CorruptData("bad operation header");
     SPARROW_RETURN_IF_ERROR(r.u8(&h.kind));
-    SPARROW_RETURN_IF_ERROR(r.u8(&res8));
+    SPARROW_RETURN_IF_ERROR(r.u8(&h.flags));
     SPARROW_RETURN_IF_ERROR(r.u16(&res16));
     SPARROW_RETURN_IF_ERROR(r.u32(&root));
     h.root = int32_t(root);
@@ -407,7 +409,7 @@ class Decoder {
       if (!status_.ok()) continue;  // drain: the first failure stands
       double t0 = now_s();
       status_ = first ? sess_->begin(*m) : sess_->add_chunk(m);
-      if (!status_.ok() && !first) status_ = std::move(status_).context("from rank " + std::to_string(parent_));
+      if (!status_.ok() && !first) status_.context("from rank " + std::to_string(parent_));
       first = false;
       secs_ += now_s() - t0;
     }
@@ -458,11 +460,11 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
     const bool full = !rs.enc->has_state();
     OpHeader h;
     h.kind = kSparse;
+    h.flags = full ? kOpFull : 0;
     h.root = root;
     for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
     std::set<int> resync = full ? std::set<int>{} : rs.need_resync;
     for (int r : resync) h.resync.push_back(r);
-    rs.need_resync.clear();
     SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
     std::vector<const void*> src;
     for (auto& b : bufs) src.push_back(b.send);
@@ -488,6 +490,15 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
     emit(next_sub++, std::move(footer.value()));
     st.encode_s = now_s() - te;
     SPARROW_RETURN_IF_ERROR(send_err);
+    // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
+    // were sent when those calls returned, so this rarely waits): a rank that refused one of them
+    // expects its full snapshot in this operation, the very next one.
+    if (!full) {
+      Status late = drain_acks(c, 0);
+      if (earlier.ok()) earlier = late;
+      resync.insert(rs.need_resync.begin(), rs.need_resync.end());
+    }
+    rs.need_resync.clear();
     for (int r : resync) {
       SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
       SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kResyncSub}, share(std::move(snap))));
@@ -528,7 +539,6 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared, &reqs));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
   Status result = check_header(h, kSparse, bufs, root, me);
-  const bool resync_me = std::find(h.resync.begin(), h.resync.end(), me) != h.resync.end();
   // This rank's receive state (a new buffer set, or a new layout, starts from nothing).
   auto& rv = c.coll().recvs[key];
   if (rv.layout.size() != layout.size() ||
@@ -537,7 +547,12 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       })) {
     rv.layout = layout;
     rv.st = {};
+    rv.stale = false;
   }
+  // A rank that refused the last operation gets a full snapshot in this one (the root collects that
+  // refusal before it finishes sending); so does one the root lists in the header.
+  const bool resync_me = !(h.flags & kOpFull) &&
+                         (rv.stale || std::find(h.resync.begin(), h.resync.end(), me) != h.resync.end());
   std::vector<void*> dst;
   for (auto& b : bufs) dst.push_back(b.recv);
   // Relay: forward each frame at once (cut-through); then verify and decode it here while the next
@@ -577,19 +592,21 @@ Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       SPARROW_ASSIGN_OR_RETURN(auto snap, c.net().recv(root, MsgKey{c.comm_id(), seq, kResyncSub}, d));
       result = kernels::cpu::apply_checkpoint(snap, dst, layout, rv.st);
       if (result.ok()) st.resyncs++;
+      else need_resync = true;
     } else {
       if (!staged.ok()) result = staged;
       else if (!footer_msg) result = CorruptData("checkpoint from rank " + std::to_string(parent) + " has no footer");
       else result = sess->finish(*footer_msg, &as);
       if (result.code() == Code::kVersionMismatch) {
         need_resync = true;
-        result = std::move(result).context("rank " + std::to_string(me) + " will be resynchronised with a full "
-                                           "snapshot at the next operation on these buffers");
+        result.context("rank " + std::to_string(me) + " refused this step: its buffers are as they were, and its "
+                       "next call on them brings a full snapshot from rank " + std::to_string(root));
       }
       st.changed = as.changes;
     }
   }
   st.apply_s = now_s() - ta + tdec;
+  if (result.ok() || need_resync) rv.stale = need_resync;
   auto ack = share(ack_bytes(result, need_resync));
   SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
   if (full_ck) {

@@ -30,6 +30,9 @@ struct CollState {
   struct Recv {
     std::vector<kernels::cpu::TensorSpec> layout;
     kernels::cpu::ReceiverState st;
+    // The last operation was refused (the buffer did not hold its base version) and the root was
+    // asked for a full snapshot: the next operation brings one, and this rank expects it.
+    bool stale = false;
   };
   struct PendingAck {
     uint64_t seq;

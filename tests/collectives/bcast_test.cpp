@@ -168,7 +168,7 @@ TEST_P(BcastTest, SparseEveryDatatypeSpecialValuesAndCountZero) {
   for (auto x : rc) EXPECT_EQ(x, sparrowSuccess);
 }
 
-TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsResynced) {
+TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCall) {
   Comms cs(3);
   const size_t count = 50000;
   std::vector<uint16_t> src(count);
@@ -183,41 +183,109 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsResynced) {
   };
   auto rc = step(0, 0);
   for (auto x : rc) ASSERT_EQ(x, sparrowSuccess);
-  // Rank 2 writes into its copy, then the next step changes that very element.
-  dst[2][10] ^= 0x1;
-  src[10] ^= 0x100;
-  auto before = dst[2];
-  rc = step(0.01, 5);
-  EXPECT_EQ(rc[0], sparrowSuccess);
-  EXPECT_EQ(rc[1], sparrowSuccess);
-  EXPECT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(cs.c[2]);
-  EXPECT_EQ(dst[2], before) << "a rejected step leaves the buffer as it was";
-  EXPECT_EQ(dst[1], src);
-  // A later step resyncs rank 2 with a full snapshot: the next one normally, or the one after if
-  // rank 2's acknowledgement had not reached the root yet (acks travel asynchronously). Until then
-  // rank 2 keeps refusing deltas and its buffer stays as it was; the others never see an error.
-  bool resynced = false;
-  for (int attempt = 0; attempt < 3 && !resynced; ++attempt) {
-    auto kept = dst[2];
-    rc = step(0.01, 6 + attempt);
-    ASSERT_EQ(rc[0], sparrowSuccess) << sparrowGetLastError(cs.c[0]);
-    ASSERT_EQ(rc[1], sparrowSuccess) << sparrowGetLastError(cs.c[1]);
+  uint64_t resyncs = 0;
+  // Rank 2 writes into its copy: an element the next step changes, then one it does not change.
+  for (bool changed : {true, false}) {
+    const size_t at = changed ? 10 : 20;
+    dst[2][at] ^= 0x1;
+    if (changed) src[at] ^= 0x100;
+    auto before = dst[2];
+    rc = step(0.01, changed ? 5 : 6);
+    ASSERT_EQ(src[20] ^ dst[2][20], changed ? 0 : 1) << "the test wrote where it meant to";
+    EXPECT_EQ(rc[0], sparrowSuccess);
+    EXPECT_EQ(rc[1], sparrowSuccess);
+    ASSERT_EQ(rc[2], sparrowVersionMismatch) << "changed " << changed << ": " << sparrowGetLastError(cs.c[2]);
+    EXPECT_NE(std::string(sparrowGetLastError(cs.c[2])).find("written to since that step"), std::string::npos)
+        << sparrowGetLastError(cs.c[2]);
+    EXPECT_EQ(dst[2], before) << "a rejected step leaves the buffer as it was";
     EXPECT_EQ(dst[1], src);
-    if (rc[2] == sparrowSuccess) {
-      resynced = true;
-    } else {
-      ASSERT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(cs.c[2]);
-      EXPECT_EQ(dst[2], kept);
-    }
+    // The very next call repairs it with a full snapshot; the others never see an error.
+    rc = step(0.01, changed ? 7 : 8);
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+    EXPECT_EQ(dst[1], src);
+    EXPECT_EQ(dst[2], src);
+    sparrowStats st;
+    sparrowCommGetStats(cs.c[2], &st);
+    EXPECT_EQ(st.resyncs, ++resyncs);
   }
-  ASSERT_TRUE(resynced);
-  EXPECT_EQ(dst[2], src);
-  sparrowStats st;
-  sparrowCommGetStats(cs.c[2], &st);
-  EXPECT_EQ(st.resyncs, 1u);
   rc = step(0.01, 17);
   for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess);
   EXPECT_EQ(dst[2], src);
+}
+
+// Realistic steps of a group (a model's tensors): receivers scribble on elements the step changes,
+// on ones it does not, on several tensors at once, several ranks at once. No call ever reports success
+// unless that rank's every tensor equals the root's, bit for bit; a refused rank is untouched and the
+// next call repairs it.
+TEST_P(BcastTest, ScribbledReceiversNeverGetSuccessWithWrongBits) {
+  gen::GenOptions go;
+  go.model = "qwen3-0.6b";
+  go.layers = 1;
+  go.vocab = 1024;
+  auto gr = gen::UpdateGenerator::create(go);
+  ASSERT_TRUE(gr.ok());
+  auto& g = *gr.value();
+  const int n = 4, root = 0;
+  Comms cs(n);
+  const auto& ts = g.tensors();
+  std::vector<std::vector<std::vector<uint8_t>>> recv(n);
+  for (int r = 0; r < n; ++r)
+    for (auto& t : ts) recv[r].emplace_back(t.bytes(), 0);
+  auto snapshot_root = [&] {
+    std::vector<std::vector<uint8_t>> v;
+    auto b = g.buffers();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      auto p = static_cast<const uint8_t*>(b[i]);
+      v.emplace_back(p, p + ts[i].bytes());
+    }
+    return v;
+  };
+  uint64_t seed = 5;
+  std::vector<bool> refused(n, false);
+  for (int step = 0; step < 9; ++step) {
+    auto old = snapshot_root();
+    if (step > 0) g.step();
+    auto now = snapshot_root();
+    // Odd steps: ranks 1 and 3 scribble (changed and unchanged elements, 1-3 tensors each).
+    std::vector<bool> scribbled(n, false);
+    if (step % 2 == 1) {
+      for (int r : {1, 3}) {
+        int k = 1 + int(test::rng_next(seed) % 3);
+        for (int j = 0; j < k; ++j) {
+          size_t t = test::rng_next(seed) % ts.size();
+          const uint32_t es = ts[t].elem_size();
+          size_t e = test::rng_next(seed) % ts[t].count;
+          bool want_changed = (j + r) % 2 == 0;
+          for (size_t tries = 0; tries < ts[t].count; ++tries, e = (e + 1) % ts[t].count)
+            if ((memcmp(&old[t][e * es], &now[t][e * es], es) != 0) == want_changed) break;
+          recv[r][t][e * es] ^= 0x40;
+        }
+        scribbled[r] = true;
+      }
+    }
+    auto before = recv;
+    auto src = g.buffers();
+    auto rc = cs.run([&](int r) {
+      sparrowGroupStart();
+      for (size_t i = 0; i < ts.size(); ++i)
+        sparrowSparseBcast(src[i], r == root ? nullptr : recv[r][i].data(), ts[i].count, sparrowBfloat16, root, cs.c[r],
+                           nullptr);
+      return sparrowGroupEnd();
+    });
+    ASSERT_EQ(rc[root], sparrowSuccess) << sparrowGetLastError(cs.c[root]);
+    for (int r = 1; r < n; ++r) {
+      if (rc[r] == sparrowSuccess) {
+        ASSERT_EQ(recv[r], now) << "success with wrong bits: step " << step << " rank " << r;
+        EXPECT_FALSE(scribbled[r]) << "step " << step << " rank " << r << ": a scribble went unnoticed";
+      } else {
+        ASSERT_EQ(rc[r], sparrowVersionMismatch) << "step " << step << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+        EXPECT_TRUE(scribbled[r]) << "step " << step << " rank " << r;
+        EXPECT_EQ(recv[r], before[r]) << "a refused step writes nothing";
+      }
+      if (refused[r]) EXPECT_EQ(rc[r], sparrowSuccess) << "the call after a refusal repairs: step " << step;
+      refused[r] = rc[r] != sparrowSuccess;
+    }
+  }
 }
 
 TEST_P(BcastTest, MismatchedArgumentsFailEveryRank) {

@@ -118,6 +118,36 @@ inline void collectives_on_device_buffers(const DeviceMem& m, sparrowStream_t st
       EXPECT_LT(st.wireBytes * 20, st.denseBytes) << "step " << step << ": only the changes travel";
     }
   }
+  // The device receiver's buffer is written to between two steps (an element the step does not
+  // change): refused untouched, then repaired at the next call.
+  std::vector<uint8_t> cell(es);
+  uint8_t* at = static_cast<uint8_t*>(recv[1]) + 12345 * es;
+  m.download(cell.data(), at, es);
+  cell[0] ^= 0x20;
+  m.upload(at, cell.data(), es);
+  std::vector<uint8_t> scribbled(count * es);
+  m.download(scribbled.data(), recv[1], scribbled.size());
+  for (int step = 0; step < 2; ++step) {
+    mutate(cur, es, 0.01, 2000 + step);
+    cur[12345 * es] = scribbled[12345 * es] ^ 0x20;  // unchanged by this step
+    cur[12345 * es + 1] = scribbled[12345 * es + 1];
+    m.upload(root_buf, cur.data(), cur.size());
+    auto rc = cs.run([&](int r) {
+      return sparrowSparseBcast(root_buf, r == 0 ? root_buf : recv[r], count, sparrowBfloat16, 0, cs.c[r], stream);
+    });
+    std::vector<uint8_t> got(count * es);
+    m.download(got.data(), recv[1], got.size());
+    ASSERT_EQ(rc[0], sparrowSuccess);
+    ASSERT_EQ(rc[2], sparrowSuccess);
+    ASSERT_EQ(host_recv[2], cur);
+    if (step == 0) {
+      ASSERT_EQ(rc[1], sparrowVersionMismatch) << sparrowGetLastError(cs.c[1]);
+      ASSERT_EQ(got, scribbled) << "refused untouched";
+    } else {
+      ASSERT_EQ(rc[1], sparrowSuccess) << sparrowGetLastError(cs.c[1]);
+      ASSERT_EQ(got, cur) << "repaired at the next call";
+    }
+  }
   // Dense broadcast, out of place, device to device, root 2 (a host sender).
   void* dst0 = m.alloc(count * es);
   void* dst1 = m.alloc(count * es);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/log.h"
 #include "core/parallel.h"
@@ -22,6 +23,10 @@ namespace {
 params::IntParam kChunkElems("CHUNK_ELEMS", 1 << 20,
                              "Elements per checkpoint chunk (unit of extraction, encoding, verification, pipelining).",
                              1024, format::kMaxChunkElems);
+
+params::BoolParam kVerifyBase("VERIFY_BASE", true,
+                              "Receivers check that their buffers still hold the base version before applying a "
+                              "step (a buffer the user wrote into is refused and resynchronised, never silently kept).");
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -83,6 +88,8 @@ Result<ValueCodec> best_values(const uint8_t* oldv, const uint8_t* newv, size_t 
 }
 
 }  // namespace
+
+bool default_verify_base() { return kVerifyBase.get(); }
 
 uint32_t default_chunk_elems() { return uint32_t(kChunkElems.get()); }
 
@@ -452,8 +459,7 @@ struct StageScratch {
 
 // The checks that need only the header: layout, base version and digests.
 Status check_receiver(const format::Header& h, std::span<void* const> targets, std::span<const TensorSpec> layout,
-                      const ReceiverState& state, const ApplyOptions& opt, const std::vector<uint8_t>& on_dev,
-                      int threads) {
+                      const ReceiverState& state) {
   const size_t nt = h.tensors.size();
   if (layout.size() != nt || targets.size() != nt)
     return Error(Code::kInvalidUsage, "checkpoint has " + std::to_string(nt) + " tensors, receiver has " +
@@ -472,22 +478,161 @@ Status check_receiver(const format::Header& h, std::span<void* const> targets, s
     return VersionMismatch("receiver holds version " + std::to_string(state.version) + ", checkpoint applies to version " +
                            std::to_string(h.base_version));
   if (state.digests.size() != nt) return VersionMismatch("receiver has no digests for its buffers");
-  for (size_t t = 0; t < nt; ++t) {
+  for (size_t t = 0; t < nt; ++t)
     if (state.digests[t] != h.tensors[t].base_digest)
       return VersionMismatch("tensor '" + h.tensors[t].name + "' does not hold the checkpoint's base contents");
-    const void* tb = targets[t];
-    std::vector<uint8_t> copy;
-    if (opt.verify_base && on_dev[t]) {
-      copy.resize(h.tensors[t].count * h.tensors[t].elem_size);
-      SPARROW_RETURN_IF_ERROR(copy_any(copy.data(), tb, copy.size()));
-      tb = copy.data();
+  return Status::Ok();
+}
+
+// ---- base verification: do the targets still hold what the receiver committed? --------------------
+
+// Checksum of one block of a tensor's committed contents (host bytes).
+uint64_t block_sum(const uint8_t* p, size_t bytes) { return format::checksum(p, bytes); }
+
+// The blocks of every tensor in the header's chunking, flattened.
+struct BlockRef {
+  uint32_t tensor;
+  uint64_t index;  // block number within the tensor
+};
+std::vector<BlockRef> header_blocks(const format::Header& h) {
+  std::vector<BlockRef> v;
+  for (uint32_t t = 0; t < h.tensors.size(); ++t)
+    for (uint64_t b = 0; b < h.blocks(t); ++b) v.push_back({t, b});
+  return v;
+}
+
+// Reads block `b` of tensor t of the targets as host bytes (device blocks are copied into `scratch`).
+Result<const uint8_t*> host_block(const format::Header& h, std::span<void* const> targets, DeviceOps* dev,
+                                  const std::vector<uint8_t>& on_dev, uint32_t t, uint64_t b, std::vector<uint8_t>& scratch,
+                                  size_t* bytes) {
+  const uint32_t es = h.tensors[t].elem_size;
+  const uint64_t first = b * h.chunk_elems;
+  const uint64_t n = std::min<uint64_t>(h.chunk_elems, h.tensors[t].count - first);
+  *bytes = size_t(n) * es;
+  const uint8_t* p = static_cast<const uint8_t*>(targets[t]) + first * es;
+  if (!on_dev[t]) return p;
+  scratch.resize(*bytes);
+  SPARROW_RETURN_IF_ERROR(device_error(dev, dev->copy(scratch.data(), p, *bytes), "reading a device buffer to verify it"));
+  return static_cast<const uint8_t*>(scratch.data());
+}
+
+// What base verification found: per tensor, the first block whose contents differ from the committed
+// version (-1: none), and the checksums of every block as the targets hold them now.
+struct BaseCheck {
+  Status status;  // a failure to read (device), not a mismatch
+  std::vector<int64_t> first_bad;
+  std::vector<std::vector<uint64_t>> sums;
+  double seconds = 0;
+};
+
+bool sums_match_chunking(const ReceiverState& st, const format::Header& h) {
+  if (st.block_elems != h.chunk_elems || st.block_sums.size() != h.tensors.size()) return false;
+  for (uint32_t t = 0; t < h.tensors.size(); ++t)
+    if (st.block_sums[t].size() != h.blocks(t)) return false;
+  return true;
+}
+
+// Checksums every block of the targets and compares them with the committed ones; where the receiver
+// has none in this chunking (first delta after a change of SPARROW_CHUNK_ELEMS), it recomputes the full
+// content digests instead. Reads the targets only.
+BaseCheck verify_base_contents(const format::Header& h, std::span<void* const> targets, const ReceiverState& st,
+                               DeviceOps* dev, const std::vector<uint8_t>& on_dev, int threads) {
+  const double t0 = now_s();
+  const size_t nt = h.tensors.size();
+  const bool have_sums = sums_match_chunking(st, h);
+  BaseCheck r;
+  r.first_bad.assign(nt, -1);
+  r.sums.resize(nt);
+  for (size_t t = 0; t < nt; ++t) r.sums[t].assign(h.blocks(uint32_t(t)), 0);
+  const std::vector<BlockRef> blocks = header_blocks(h);
+  std::vector<uint64_t> digest_part(have_sums ? 0 : blocks.size(), 0);
+  std::vector<Status> errs(blocks.size());
+  std::vector<std::vector<uint8_t>> scratch(std::max(1, threads));
+  parallel_for(blocks.size(), threads, [&](size_t i, int w) {
+    const BlockRef& b = blocks[i];
+    size_t bytes = 0;
+    auto p = host_block(h, targets, dev, on_dev, b.tensor, b.index, scratch[w], &bytes);
+    if (!p.ok()) {
+      errs[i] = p.status();
+      return;
     }
-    if (opt.verify_base &&
-        format::digest_tensor(uint32_t(t), tb, h.tensors[t].count, h.tensors[t].elem_size, threads) !=
-            h.tensors[t].base_digest)
-      return VersionMismatch("tensor '" + h.tensors[t].name + "' was modified since version " +
-                             std::to_string(state.version));
+    r.sums[b.tensor][b.index] = block_sum(p.value(), bytes);
+    if (!have_sums)
+      digest_part[i] = format::digest_range(b.tensor, p.value(), b.index * h.chunk_elems, bytes / h.tensors[b.tensor].elem_size,
+                                            h.tensors[b.tensor].elem_size);
+  });
+  for (auto& e : errs)
+    if (!e.ok()) {
+      r.status = e;
+      return r;
+    }
+  if (have_sums) {
+    for (size_t t = 0; t < nt; ++t)
+      for (size_t b = 0; b < r.sums[t].size() && r.first_bad[t] < 0; ++b)
+        if (r.sums[t][b] != st.block_sums[t][b]) r.first_bad[t] = int64_t(b);
+  } else {
+    std::vector<uint64_t> dig(nt, 0);
+    for (size_t i = 0; i < blocks.size(); ++i) dig[blocks[i].tensor] += digest_part[i];
+    for (size_t t = 0; t < nt; ++t)
+      if (dig[t] != st.digests[t]) r.first_bad[t] = 0;  // somewhere: the digest does not say where
   }
+  r.seconds = now_s() - t0;
+  return r;
+}
+
+// The verdict of base verification: kVersionMismatch naming the modified tensors, or Ok.
+Status base_verdict(const format::Header& h, const BaseCheck& bc) {
+  SPARROW_RETURN_IF_ERROR(bc.status);
+  std::string which;
+  size_t bad = 0;
+  for (size_t t = 0; t < bc.first_bad.size(); ++t) {
+    if (bc.first_bad[t] < 0) continue;
+    if (bad++ < 8) {
+      const uint64_t e = uint64_t(bc.first_bad[t]) * h.chunk_elems;
+      which += std::string(which.empty() ? "" : ", ") + "'" + h.tensors[t].name + "' (first difference in elements " +
+               std::to_string(e) + ".." + std::to_string(std::min<uint64_t>(e + h.chunk_elems, h.tensors[t].count)) + ")";
+    }
+  }
+  if (!bad) return Status::Ok();
+  if (bad > 8) which += " and " + std::to_string(bad - 8) + " more";
+  return VersionMismatch(std::to_string(bad) + " of " + std::to_string(h.tensors.size()) +
+                         " tensor(s) no longer hold version " + std::to_string(h.base_version) +
+                         " (written to since that step): " + which + "; nothing was applied");
+}
+
+// Checksums of the committed contents after commit() wrote `staged`: written blocks are hashed again,
+// the others keep the sums verification found (`base`, in the header's chunking) or, for a full
+// snapshot, are all written.
+Status refresh_block_sums(const format::Header& h, const std::vector<Staged>& staged, std::span<void* const> targets,
+                          DeviceOps* dev, const std::vector<uint8_t>& on_dev, std::vector<std::vector<uint64_t>> base,
+                          int threads, ReceiverState& st) {
+  const size_t nt = h.tensors.size();
+  if (base.size() != nt) {
+    base.assign(nt, {});
+    for (uint32_t t = 0; t < nt; ++t) base[t].assign(h.blocks(t), 0);
+  }
+  std::vector<Status> errs(staged.size());
+  std::vector<std::vector<uint8_t>> scratch(std::max(1, threads));
+  parallel_for(staged.size(), threads, [&](size_t i, int w) {
+    const Staged& sg = staged[i];
+    const uint32_t t = sg.h.tensor;
+    const uint64_t b = sg.h.elem_begin / h.chunk_elems;
+    if (sg.dense) {  // the new bytes of the whole block are at hand
+      base[t][b] = block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
+      return;
+    }
+    size_t bytes = 0;
+    auto p = host_block(h, targets, dev, on_dev, t, b, scratch[w], &bytes);
+    if (!p.ok()) errs[i] = p.status();
+    else base[t][b] = block_sum(p.value(), bytes);
+  });
+  st.block_elems = h.chunk_elems;
+  st.block_sums = std::move(base);
+  for (auto& e : errs)
+    if (!e.ok()) {
+      st.block_sums.clear();  // unknown: the next step recomputes the digests instead
+      return Status::Ok();
+    }
   return Status::Ok();
 }
 
@@ -547,9 +692,10 @@ Status chunk_context(Status e, const format::Header& h, const format::ChunkHeade
 }
 
 // The acceptance predicate, then the writes. Nothing is written unless the digests match.
+// `base` carries base verification's findings (null: verification off, so block sums are not kept).
 Status commit(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
               std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
-              const std::vector<uint8_t>& on_dev, int threads) {
+              const std::vector<uint8_t>& on_dev, int threads, BaseCheck* base) {
   const size_t nt = h.tensors.size();
   const bool full = h.full();
   std::vector<uint64_t> nd(nt, 0);
@@ -589,7 +735,11 @@ Status commit(const format::Header& h, const format::Footer& ft, std::vector<Sta
   }
   state.version = h.new_version;
   state.digests = ft.new_digests;
-  return Status::Ok();
+  if (!base) {
+    state.block_sums.clear();
+    return Status::Ok();
+  }
+  return refresh_block_sums(h, staged, targets, dev, on_dev, std::move(base->sums), threads, state);
 }
 
 std::vector<uint8_t> device_mask(DeviceOps* dev, std::span<void* const> targets) {
@@ -609,7 +759,13 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
   const int threads = opt.threads > 0 ? opt.threads : kernel_threads();
   DeviceOps* dev = device_ops();
   const std::vector<uint8_t> on_dev = device_mask(dev, targets);
-  SPARROW_RETURN_IF_ERROR(check_receiver(h, targets, layout, state, opt, on_dev, threads));
+  SPARROW_RETURN_IF_ERROR(check_receiver(h, targets, layout, state));
+  const bool verify = opt.verify_base && !h.full();
+  BaseCheck base;
+  if (verify) {
+    base = verify_base_contents(h, targets, state, dev, on_dev, threads);
+    SPARROW_RETURN_IF_ERROR(base_verdict(h, base));
+  }
   const size_t nc = cv.chunks.size();
   std::vector<Staged> staged(nc);
   std::vector<Status> errs(nc);
@@ -621,8 +777,10 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
   for (size_t i = 0; i < nc; ++i)
     if (!errs[i].ok()) return chunk_context(std::move(errs[i]), h, cv.chunks[i].h, i);
   double t_wr0 = now_s();
-  SPARROW_RETURN_IF_ERROR(commit(h, cv.footer, staged, targets, state, dev, on_dev, threads));
+  SPARROW_RETURN_IF_ERROR(commit(h, cv.footer, staged, targets, state, dev, on_dev, threads,
+                                 opt.verify_base ? &base : nullptr));
   if (stats) {
+    stats->verify_seconds = base.seconds;
     stats->chunks = nc;
     stats->changes = 0;
     for (auto& c : cv.chunks) stats->changes += c.h.change_count;
@@ -653,6 +811,12 @@ struct ApplySession::Impl {
   StageScratch scratch;
   uint64_t wire = 0, changes = 0;
   double decode_s = 0;
+  // Base verification runs on its own thread from begin() to finish(), overlapped with the transfer.
+  std::thread verifier;
+  BaseCheck base;
+  ~Impl() {
+    if (verifier.joinable()) verifier.join();
+  }
 };
 
 ApplySession::ApplySession(std::span<void* const> targets, std::span<const TensorSpec> layout, ReceiverState& state,
@@ -675,8 +839,14 @@ Status ApplySession::begin(std::span<const uint8_t> header_frame) {
   SPARROW_ASSIGN_OR_RETURN(im_->h, format::parse_header(header_frame, &used));
   if (used != header_frame.size()) return CorruptData("trailing bytes after the checkpoint header");
   im_->wire += header_frame.size();
-  SPARROW_RETURN_IF_ERROR(check_receiver(im_->h, im_->targets, im_->layout, *im_->state, im_->opt, im_->on_dev, im_->threads));
+  SPARROW_RETURN_IF_ERROR(check_receiver(im_->h, im_->targets, im_->layout, *im_->state));
   im_->have_header = true;
+  if (im_->opt.verify_base && !im_->h.full()) {
+    Impl* im = im_.get();
+    im->verifier = std::thread([im] {
+      im->base = verify_base_contents(im->h, im->targets, *im->state, im->dev, im->on_dev, im->threads);
+    });
+  }
   return Status::Ok();
 }
 
@@ -714,8 +884,18 @@ Status ApplySession::finish(std::span<const uint8_t> footer_frame, ApplyStats* s
     for (uint32_t t = 0; t < im_->h.tensors.size(); ++t) blocks += im_->h.blocks(t);
     if (blocks != im_->staged.size()) return CorruptData("full snapshot is missing chunks");
   }
-  SPARROW_RETURN_IF_ERROR(commit(im_->h, ft, im_->staged, im_->targets, *im_->state, im_->dev, im_->on_dev, im_->threads));
+  double verify_wait = 0;
+  if (im_->verifier.joinable()) {
+    const double tw = now_s();
+    im_->verifier.join();
+    verify_wait = now_s() - tw;
+    SPARROW_RETURN_IF_ERROR(base_verdict(im_->h, im_->base));
+  }
+  SPARROW_RETURN_IF_ERROR(commit(im_->h, ft, im_->staged, im_->targets, *im_->state, im_->dev, im_->on_dev, im_->threads,
+                                 im_->opt.verify_base ? &im_->base : nullptr));
   if (stats) {
+    stats->verify_seconds = im_->base.seconds;
+    stats->verify_wait_seconds = verify_wait;
     stats->chunks = im_->staged.size();
     stats->changes = im_->changes;
     stats->wire_bytes = im_->wire + used;

@@ -102,26 +102,43 @@ class DeltaEncoder {
   bool have_shadow_ = false;
 };
 
-// What a receiver knows about its buffers: the version they hold and their content digests.
+// What a receiver knows about its buffers: the version they hold, their content digests, and a
+// checksum of every block of the committed contents (what base verification compares the buffers
+// against, so that a write by the user between two steps is found).
 struct ReceiverState {
   uint64_t version = 0;  // 0: never received
   std::vector<uint64_t> digests;
+  // XXH3 of each block of `block_elems` elements of each tensor, as committed. Empty or of another
+  // chunking: unknown, and verification recomputes the full content digests instead (slower).
+  uint32_t block_elems = 0;
+  std::vector<std::vector<uint64_t>> block_sums;
 };
 
+// SPARROW_VERIFY_BASE: whether receivers check that their buffers still hold the base version.
+bool default_verify_base();
+
 struct ApplyOptions {
-  int threads = 0;            // 0: SPARROW_THREADS / all cores
-  bool verify_base = false;   // also recompute the base digest over the whole target (catches any user write)
+  int threads = 0;  // 0: SPARROW_THREADS / all cores
+  // Check, before writing, that every target still holds the base version bit for bit (any write by
+  // the user since the last step is found: the step is refused with kVersionMismatch, targets
+  // untouched). Off: only the remembered digests are compared, and a user's write to an element the
+  // step does not change goes unnoticed. Costs one read of the targets, overlapped with the transfer
+  // by ApplySession, and one checksum pass over the blocks a step writes.
+  bool verify_base = default_verify_base();
 };
 
 struct ApplyStats {
   uint64_t chunks = 0, changes = 0, wire_bytes = 0;
   double decode_seconds = 0, write_seconds = 0, wall_seconds = 0;
+  double verify_seconds = 0;  // base verification (overlapped with decoding in ApplySession)
+  double verify_wait_seconds = 0;  // time finish() waited for it after the last chunk
 };
 
 // Applies a checkpoint to `targets` (one pointer per tensor of `layout`). Verifies, in order: every
 // frame checksum and the structure; that the layout matches (kInvalidUsage); that the receiver holds
-// the base version and base digests (kVersionMismatch); that every chunk decodes; that the resulting
-// digests equal the footer's. Only then does it write. Targets may be device buffers (old values are
+// the base version and base digests, and (verify_base) that the targets still hold those contents bit
+// for bit (kVersionMismatch, naming the tensors written to); that every chunk decodes; that the
+// resulting digests equal the footer's. Only then does it write. Targets may be device buffers (old values are
 // gathered from and new ones scattered to the device). On any error the targets and `state` are
 // untouched. A full snapshot applies whatever the receiver holds.
 Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* const> targets,

@@ -175,22 +175,82 @@ TEST(Delta, UserWriteIntoReceiverIsCaught) {
   Status s = p.apply(v2);
   EXPECT_EQ(s.code(), Code::kVersionMismatch) << s.message();
   EXPECT_EQ(p.recv, before);
-  // A write elsewhere is invisible to the incremental check but caught by verify_base.
+  // A write elsewhere (an element this step does not change) is caught by base verification, which
+  // is on by default; with it off the remembered digests cannot see it.
   p.recv[0][2 * pos[0]] ^= 1;
   uint32_t elsewhere = pos[0] == 0 ? 1 : 0;
   while (std::find(pos.begin(), pos.end(), elsewhere) != pos.end()) ++elsewhere;
   p.recv[0][2 * elsewhere] ^= 1;
-  ApplyOptions strict;
-  strict.verify_base = true;
   before = p.recv;
-  s = p.apply(v2, strict);
+  EXPECT_TRUE(ApplyOptions{}.verify_base) << "verification is the default";
+  s = p.apply(v2);
   EXPECT_EQ(s.code(), Code::kVersionMismatch);
-  EXPECT_NE(s.message().find("was modified"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no longer hold version 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
   EXPECT_EQ(p.recv, before);
+  ApplyOptions lax;
+  lax.verify_base = false;
+  ReceiverState kept = p.state;
+  EXPECT_TRUE(p.apply(v2, lax).ok()) << "without verification the write goes unnoticed";
+  EXPECT_FALSE(p.equal());
+  p.state = kept;
+  p.recv = before;
   // A full snapshot (resync) repairs it.
   p.enc.reset();
   ASSERT_TRUE(p.apply(p.encode().value()).ok());
   EXPECT_TRUE(p.equal());
+}
+
+// Base verification over many steps and chunks: a write anywhere (a changed element, an unchanged
+// one, the last element of a tensor, several tensors) is refused untouched; untouched buffers always
+// apply; the block checksums it keeps follow every committed step.
+TEST(Delta, BaseVerificationFindsEveryWriteAcrossStepsAndTensors) {
+  Pair p(mixed_layout());
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  uint64_t seed = 99;
+  for (int step = 0; step < 12; ++step) {
+    p.mutate(0.01, 100 + step);
+    auto ck = p.encode(small_chunks()).value();
+    auto before = p.recv;
+    // Odd steps: scribble on 1..3 tensors at random elements (one bit), then check and restore.
+    if (step % 2) {
+      std::vector<size_t> hit;
+      for (size_t t = 0; t < p.layout.size(); ++t)
+        if (p.layout[t].count && (test::rng_next(seed) % 3 == 0 || hit.empty() && t + 1 == p.layout.size())) hit.push_back(t);
+      for (size_t t : hit) {
+        uint64_t e = step == 3 ? p.layout[t].count - 1 : test::rng_next(seed) % p.layout[t].count;
+        p.recv[t][e * p.layout[t].elem_size()] ^= 0x10;
+      }
+      auto scribbled = p.recv;
+      Status s = p.apply(ck);
+      ASSERT_EQ(s.code(), Code::kVersionMismatch) << "step " << step << ": " << s.message();
+      EXPECT_NE(s.message().find(std::to_string(hit.size()) + " of 7 tensor(s)"), std::string::npos) << s.message();
+      for (size_t t : hit) EXPECT_NE(s.message().find("'" + p.layout[t].name + "'"), std::string::npos) << s.message();
+      EXPECT_EQ(p.recv, scribbled) << "nothing written";
+      p.recv = before;
+    }
+    ASSERT_TRUE(p.apply(ck).ok()) << "step " << step;
+    ASSERT_TRUE(p.equal()) << "step " << step;
+    ASSERT_EQ(p.state.block_elems, 1024u);
+  }
+}
+
+// A receiver whose block checksums are of another chunking (or missing) still verifies, through the
+// full content digests.
+TEST(Delta, BaseVerificationWithoutBlockSumsFallsBackToDigests) {
+  Pair p({{"w", 9, 50000}});
+  ASSERT_TRUE(p.apply(p.encode().value()).ok());
+  p.mutate(0.01, 3);
+  auto ck = p.encode(small_chunks()).value();  // another chunking than the snapshot's
+  p.recv[0][777] ^= 4;
+  auto before = p.recv;
+  Status s = p.apply(ck);
+  EXPECT_EQ(s.code(), Code::kVersionMismatch) << s.message();
+  EXPECT_EQ(p.recv, before);
+  p.recv[0][777] ^= 4;
+  ASSERT_TRUE(p.apply(ck).ok());
+  EXPECT_TRUE(p.equal());
+  EXPECT_EQ(p.state.block_elems, 1024u);
 }
 
 TEST(Delta, CorruptOrTruncatedCheckpointNeverHalfApplies) {
