@@ -1,5 +1,7 @@
 #include "gen/model.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -9,6 +11,15 @@ namespace sparrow::gen {
 
 std::string models_dir() {
   if (const char* d = getenv("SPARROW_MODELS_DIR"); d && *d) return d;
+  // An installed tool (bin/) finds the shapes installed beside it (share/sparrow/models).
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    std::string dir(exe, size_t(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    std::string installed = dir + "/../share/sparrow/models";
+    if (access((installed + "/qwen3-8b.json").c_str(), R_OK) == 0) return installed;
+  }
   return SPARROW_MODELS_DIR;
 }
 

@@ -1,0 +1,445 @@
+"""sparrow: sparse, bit-exact weight broadcast for RL post-training, from Python.
+
+    import sparrow
+    uid = sparrow.get_unique_id()                    # on one rank; share the bytes out of band
+    comm = sparrow.Communicator(nranks, uid, rank)   # or sparrow.Communicator.from_env()
+    comm.sparse_broadcast(tensor, root=0)            # in place; only the changed elements travel
+    sync = sparrow.WeightSync(comm, model.named_parameters(), root=0)
+    sync.step()                                      # trainer: push this step; worker: receive it
+
+Buffers are torch tensors or numpy arrays, used in place (no copies): they must be contiguous, and a
+receiver's must be writable. The GIL is released during every call, so ranks can be Python threads.
+Failures raise a subclass of `sparrow.Error` named after sparrow's result code, carrying the
+library's message. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import _sparrow
+
+__all__ = [
+    "get_unique_id", "version", "Communicator", "WeightSync", "Error", "UnhandledCudaError", "SystemError",
+    "InternalError", "InvalidArgument", "InvalidUsage", "RemoteError", "InProgress", "Timeout", "PeerLost",
+    "VersionMismatch", "CorruptData", "AuthError", "UNIQUE_ID_BYTES", "DTYPES",
+]
+
+UNIQUE_ID_BYTES: int = _sparrow.UNIQUE_ID_BYTES
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+
+class Error(RuntimeError):
+    """A sparrow call failed. `code` is the sparrowResult_t value, `message` the library's text."""
+
+    code: int = -1
+
+    def __init__(self, message: str, code: Optional[int] = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class UnhandledCudaError(Error):
+    code = 1
+
+
+class SystemError(Error):  # noqa: A001 - named after sparrowSystemError
+    code = 2
+
+
+class InternalError(Error):
+    code = 3
+
+
+class InvalidArgument(Error, ValueError):
+    code = 4
+
+
+class InvalidUsage(Error):
+    code = 5
+
+
+class RemoteError(Error):
+    code = 6
+
+
+class InProgress(Error):
+    code = 7
+
+
+class Timeout(Error, TimeoutError):
+    code = 8
+
+
+class PeerLost(Error, ConnectionError):
+    code = 9
+
+
+class VersionMismatch(Error):
+    code = 10
+
+
+class CorruptData(Error):
+    code = 11
+
+
+class AuthError(Error, PermissionError):
+    code = 12
+
+
+_ERRORS = {cls.code: cls for cls in (UnhandledCudaError, SystemError, InternalError, InvalidArgument, InvalidUsage,
+                                     RemoteError, InProgress, Timeout, PeerLost, VersionMismatch, CorruptData,
+                                     AuthError)}
+
+
+def _raise(code: int, message: str) -> None:
+    cls = _ERRORS.get(code, Error)
+    name = _sparrow.error_string(code)
+    if not message:
+        message = name
+    elif not message.startswith(name):  # the library's messages already start with the code's name
+        message = f"{name}: {message}"
+    raise cls(message, code)
+
+
+def _check(code: int, message_fn) -> None:
+    if code != 0:
+        _raise(code, message_fn())
+
+
+# ---- buffers ---------------------------------------------------------------------------------------
+
+# sparrowDataType_t values (== ncclDataType_t).
+DTYPES: Dict[str, int] = {
+    "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
+}
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+        return torch
+    except ImportError:
+        return None
+
+
+class _Buffer:
+    """Address, element count and sparrow dtype of a tensor or array, and the CUDA stream to order on."""
+
+    __slots__ = ("obj", "ptr", "count", "dtype", "stream", "what")
+
+    def __init__(self, obj: Any, writable: bool, what: str):
+        self.obj = obj  # keeps the memory alive while a group is open
+        self.what = what
+        self.stream = 0
+        torch = _torch()
+        if torch is not None and isinstance(obj, torch.Tensor):
+            name = str(obj.dtype).replace("torch.", "")
+            if name not in DTYPES:
+                raise InvalidArgument(f"{what}: torch dtype {obj.dtype} is not supported "
+                                      f"(supported: {', '.join(DTYPES)})", 4)
+            if not obj.is_contiguous():
+                raise InvalidArgument(f"{what}: tensor is not contiguous; sparrow works in place on the tensor's own "
+                                      "memory (pass a contiguous tensor, e.g. one made with .contiguous())", 4)
+            if obj.is_cuda:
+                self.stream = torch.cuda.current_stream(obj.device).cuda_stream
+            elif obj.device.type != "cpu":
+                raise InvalidArgument(f"{what}: tensors on {obj.device.type} are not supported (cpu or cuda)", 4)
+            self.ptr = obj.data_ptr()
+            self.count = obj.numel()
+            self.dtype = DTYPES[name]
+            return
+        ai = getattr(obj, "__array_interface__", None)
+        if ai is None:
+            raise InvalidArgument(f"{what}: expected a torch.Tensor or a numpy array, got {type(obj).__name__}", 4)
+        import numpy as np
+        arr = obj
+        if not isinstance(arr, np.ndarray):
+            arr = np.asarray(obj)
+        name = arr.dtype.name
+        if name not in DTYPES or arr.dtype.byteorder not in ("=", "|", "<"):
+            raise InvalidArgument(f"{what}: numpy dtype {arr.dtype} is not supported (supported: "
+                                  f"{', '.join(n for n in DTYPES if n != 'bfloat16')})", 4)
+        if not arr.flags["C_CONTIGUOUS"]:
+            raise InvalidArgument(f"{what}: array is not C-contiguous (use numpy.ascontiguousarray first)", 4)
+        if writable and not arr.flags["WRITEABLE"]:
+            raise InvalidArgument(f"{what}: array is read-only, but this rank receives into it", 4)
+        self.ptr = arr.__array_interface__["data"][0]
+        self.count = arr.size
+        self.dtype = DTYPES[name]
+
+
+# ---- communicator ----------------------------------------------------------------------------------
+
+def get_unique_id() -> bytes:
+    """A new communicator id (128 bytes). Call it on one rank and share the bytes with the others
+    (it is a credential: it carries the secret every connection proves it knows). This process serves
+    the rendezvous until every rank has joined."""
+    rc, data = _sparrow.get_unique_id()
+    if rc != 0:
+        _raise(rc, data.decode(errors="replace"))
+    return data
+
+
+def version() -> int:
+    """The loaded library's version code (major * 10000 + minor * 100 + patch)."""
+    return _sparrow.version()
+
+
+def _env_int(names: Tuple[str, ...], what: str) -> int:
+    for n in names:
+        v = os.environ.get(n)
+        if v is not None:
+            try:
+                return int(v)
+            except ValueError:
+                raise InvalidArgument(f"{n}={v!r} is not an integer ({what})", 4) from None
+    raise InvalidArgument(f"{what}: none of {', '.join(names)} is set", 4)
+
+
+def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> bytes:
+    """Rank 0 makes the id and hands it to every other rank over one TCP port (like torch.distributed's
+    MASTER_ADDR/MASTER_PORT store). The id is a credential: use a port on a trusted network."""
+    deadline = time.monotonic() + timeout
+    if rank == 0:
+        uid = get_unique_id()
+        with socket.create_server((addr, port), reuse_port=False) as srv:
+            srv.settimeout(timeout)
+            for _ in range(nranks - 1):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s", 8)
+                srv.settimeout(left)
+                try:
+                    conn, _peer = srv.accept()
+                except socket.timeout:
+                    raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s",
+                                  8) from None
+                with conn:
+                    conn.sendall(uid)
+        return uid
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=max(0.1, deadline - time.monotonic())) as s:
+                buf = b""
+                while len(buf) < UNIQUE_ID_BYTES:
+                    chunk = s.recv(UNIQUE_ID_BYTES - len(buf))
+                    if not chunk:
+                        break
+                    buf += chunk
+                if len(buf) == UNIQUE_ID_BYTES:
+                    return buf
+                last = f"short read ({len(buf)} bytes)"
+        except OSError as e:  # rank 0 not listening yet
+            last = str(e)
+        time.sleep(0.05)
+    raise Timeout(f"rank {rank}: could not fetch the communicator id from {addr}:{port} within {timeout:g} s "
+                  f"({last})", 8)
+
+
+class Communicator:
+    """One rank of a sparrow communicator (sparrowCommInitRank). Collective: every rank constructs it
+    with the same nranks and id. Use from one thread at a time; a context manager that destroys it."""
+
+    def __init__(self, nranks: int, uid: bytes, rank: int):
+        if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
+            raise InvalidArgument(f"nranks must be a positive integer, got {nranks!r}", 4)
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < nranks:
+            raise InvalidArgument(f"rank must be an integer in [0, {nranks}), got {rank!r}", 4)
+        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes of sparrow.get_unique_id()", 4)
+        self._c = _sparrow.Comm(nranks, bytes(uid), rank)
+        if not self._c.alive:
+            _raise(self._c.init_result, self._c.init_error)
+        self._group_depth = 0
+        self._group_keep: List[_Buffer] = []
+
+    @classmethod
+    def from_env(cls, timeout: Optional[float] = None) -> "Communicator":
+        """Rank and size from RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (mpirun) or
+        PMI_RANK/PMI_SIZE; the id travels from rank 0 over MASTER_ADDR:MASTER_PORT (default
+        127.0.0.1:29500), as with torch.distributed's env:// init. Pick a MASTER_PORT that
+        torch.distributed does not use at the same time."""
+        rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "this process's rank")
+        size = _env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "the number of ranks")
+        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port_s = os.environ.get("MASTER_PORT", "29500")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise InvalidArgument(f"MASTER_PORT={port_s!r} is not a port number", 4) from None
+        if not 0 < port < 65536:
+            raise InvalidArgument(f"MASTER_PORT={port} is not in 1..65535", 4)
+        if not 0 <= rank < size:
+            raise InvalidArgument(f"rank {rank} is not in [0, {size})", 4)
+        if timeout is None:
+            timeout = float(os.environ.get("SPARROW_TIMEOUT_S", "300"))
+        uid = _share_id(rank, size, addr, port, timeout)
+        return cls(size, uid, rank)
+
+    # -- identity
+
+    @property
+    def rank(self) -> int:
+        return self._alive().rank
+
+    @property
+    def size(self) -> int:
+        return self._alive().size
+
+    def _alive(self):
+        if not self._c.alive:
+            raise InvalidUsage("the communicator was destroyed or aborted", 5)
+        return self._c
+
+    def _check(self, code: int) -> None:
+        if code != 0:
+            _raise(code, self._c.last_error() if self._c.alive else _sparrow.last_error())
+
+    # -- collectives
+
+    def _buffers(self, tensor: Any, out: Any, root: int, what: str) -> Tuple[_Buffer, _Buffer]:
+        c = self._alive()
+        if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < c.size:
+            raise InvalidArgument(f"{what}: root must be an integer in [0, {c.size}), got {root!r}", 4)
+        me = c.rank
+        src = _Buffer(tensor, writable=(me != root and out is None), what=f"{what}: tensor")
+        dst = src if out is None else _Buffer(out, writable=True, what=f"{what}: out")
+        if dst.count != src.count or dst.dtype != src.dtype:
+            raise InvalidArgument(f"{what}: out has {dst.count} elements of dtype {dst.dtype}, tensor "
+                                  f"{src.count} of dtype {src.dtype}", 4)
+        if self._group_depth:
+            self._group_keep += [src, dst]
+        return src, dst
+
+    def sparse_broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
+        """Sparse, bit-exact broadcast (sparrowSparseBcast) of `tensor` from `root`. On the root
+        `tensor` is sent (and copied into `out` if given); on the others the result lands in `out`,
+        or in `tensor` itself (in place). The first call for a buffer sends it whole, later ones only
+        the elements whose bits changed. A receiver's buffer must still hold the previous version: if
+        it was modified, VersionMismatch is raised with the buffer untouched, and the next call
+        repairs it. Returns the receiving tensor."""
+        src, dst = self._buffers(tensor, out, root, "sparse_broadcast")
+        me = self._c.rank
+        send = src.ptr if me == root else 0
+        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        self._check(self._c.sparse_bcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+        return dst.obj
+
+    def broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
+        """Dense broadcast (sparrowBroadcast) of `tensor` from `root`, into `out` or in place."""
+        src, dst = self._buffers(tensor, out, root, "broadcast")
+        me = self._c.rank
+        send = src.ptr if me == root else 0
+        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        self._check(self._c.broadcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+        return dst.obj
+
+    def reset(self, tensor: Any) -> None:
+        """Forget the sparse state of `tensor` on this rank: its next sparse_broadcast is dense."""
+        b = _Buffer(tensor, writable=False, what="reset")
+        self._check(self._alive().reset(b.ptr))
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator["Communicator"]:
+        """Calls inside travel as one operation (sparrowGroupStart/End): the sparse broadcasts become
+        one checkpoint, one version step for the whole set. Errors surface when the block ends."""
+        self._alive()
+        _check(_sparrow.group_start(), _sparrow.last_error)
+        self._group_depth += 1
+        ok = False
+        try:
+            yield self
+            ok = True
+        finally:
+            # Always balanced, as in NCCL: the calls queued so far run even if the block raised (the
+            # other ranks' calls are collective with them).
+            self._group_depth -= 1
+            code = _sparrow.group_end()
+            if self._group_depth == 0:
+                self._group_keep = []
+        if ok:
+            self._check(code)
+
+    def stats(self) -> Dict[str, Any]:
+        """What the last collective did on this rank: dense_bytes, wire_bytes, changed, density,
+        encode_s, apply_s, time_s, full, resyncs (cumulative), ops (count)."""
+        return self._alive().stats()
+
+    def async_error(self) -> Optional[Error]:
+        """The first asynchronous error (lost peer, timeout, abort) as an exception object, or None."""
+        code = self._alive().async_error()
+        return None if code == 0 else _ERRORS.get(code, Error)(self._c.last_error(), code)
+
+    def destroy(self) -> None:
+        """Free the communicator (waits, bounded by SPARROW_TIMEOUT_S, for broadcasts this rank rooted
+        to be acknowledged). Idempotent; later calls on it raise InvalidUsage."""
+        if self._c.alive:
+            code = self._c.destroy()
+            if code != 0:
+                _raise(code, _sparrow.last_error())
+
+    def abort(self) -> None:
+        """Fail every pending and future operation and free the communicator; may be called from
+        another thread to unblock one that waits."""
+        if self._c.alive:
+            self._c.abort()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    def __repr__(self) -> str:
+        if not self._c.alive:
+            return "<sparrow.Communicator (destroyed)>"
+        return f"<sparrow.Communicator rank {self._c.rank} of {self._c.size}>"
+
+
+# ---- a model's tensors as one versioned step -------------------------------------------------------
+
+class WeightSync:
+    """A model's tensors, synchronised as one versioned step per call to step().
+
+    On the root (trainer) the tensors are sent; on every other rank (rollout workers) they are
+    received in place. Every rank must pass the same tensors in the same order, with the same
+    shapes and dtypes (typically `model.named_parameters()` of the same architecture, in bf16).
+    """
+
+    def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0):
+        self.comm = comm
+        self.root = root
+        self.names: List[str] = []
+        self.tensors: List[Any] = []
+        for i, item in enumerate(named_tensors):
+            name, t = item if isinstance(item, tuple) else (f"tensor{i}", item)
+            data = getattr(t, "data", t)  # torch.nn.Parameter -> its tensor (same memory)
+            _Buffer(data, writable=comm.rank != root, what=f"WeightSync: {name}")  # validate now
+            self.names.append(name)
+            self.tensors.append(data)
+        if not self.tensors:
+            raise InvalidArgument("WeightSync: no tensors", 4)
+        self.steps = 0
+
+    def step(self) -> Dict[str, Any]:
+        """Push (root) or receive (others) the current version of every tensor as one step; returns
+        this rank's stats for it."""
+        with self.comm.group():
+            for t in self.tensors:
+                self.comm.sparse_broadcast(t, root=self.root)
+        self.steps += 1
+        return self.comm.stats()
+
+    @property
+    def numel(self) -> int:
+        return sum(int(t.numel()) if hasattr(t, "numel") and callable(t.numel) else int(t.size) for t in self.tensors)

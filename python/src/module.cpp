@@ -1,0 +1,160 @@
+// sparrow._sparrow: a thin pybind11 layer over the public C API (include/sparrow/sparrow.h).
+//
+// Buffers cross as integer addresses: the pure-Python layer (sparrow/__init__.py) takes them from
+// torch tensors (data_ptr) and numpy arrays (__array_interface__), checks dtype and contiguity and
+// keeps the objects alive, so no tensor memory is ever copied. Every call that may block (init,
+// collectives, group end, destroy) releases the GIL, so ranks may run as Python threads and other
+// Python threads keep running while a sync is in flight. Errors come back as result codes; the
+// Python layer raises the matching sparrow.Error subclass with sparrowGetLastError's message.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "sparrow/sparrow.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using Gil = py::gil_scoped_release;
+
+void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+// One communicator handle. Not thread-safe, like the C communicator: one thread at a time.
+class Comm {
+ public:
+  Comm(int nranks, py::bytes uid, int rank) {
+    std::string id = uid;
+    if (id.size() != SPARROW_UNIQUE_ID_BYTES)
+      throw py::value_error("unique id must be " + std::to_string(SPARROW_UNIQUE_ID_BYTES) + " bytes, got " +
+                            std::to_string(id.size()));
+    sparrowUniqueId u;
+    memcpy(u.internal, id.data(), sizeof(u.internal));
+    {
+      Gil g;
+      init_rc_ = sparrowCommInitRank(&c_, nranks, u, rank);
+    }
+    if (init_rc_ != sparrowSuccess) {
+      init_error_ = sparrowGetLastError(nullptr);
+      c_ = nullptr;
+    }
+  }
+  ~Comm() {
+    if (c_) {
+      Gil g;
+      (void)sparrowCommDestroy(c_);
+    }
+  }
+  int init_result() const { return int(init_rc_); }
+  const std::string& init_error() const { return init_error_; }
+  bool alive() const { return c_ != nullptr; }
+
+  int rank() const {
+    int r = -1;
+    if (c_) sparrowCommUserRank(c_, &r);
+    return r;
+  }
+  int size() const {
+    int n = 0;
+    if (c_) sparrowCommCount(c_, &n);
+    return n;
+  }
+  int sparse_bcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
+    Gil g;
+    return sparrowSparseBcast(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
+                              reinterpret_cast<sparrowStream_t>(stream));
+  }
+  int broadcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
+    Gil g;
+    return sparrowBroadcast(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
+                            reinterpret_cast<sparrowStream_t>(stream));
+  }
+  int reset(uintptr_t buff) { return sparrowSparseBcastReset(c_, ptr(buff)); }
+  int async_error() const {
+    sparrowResult_t e = sparrowSuccess;
+    if (c_) sparrowCommGetAsyncError(c_, &e);
+    return int(e);
+  }
+  std::string last_error() const { return c_ ? sparrowGetLastError(c_) : sparrowGetLastError(nullptr); }
+  py::dict stats() const {
+    sparrowStats s{};
+    py::dict d;
+    if (!c_ || sparrowCommGetStats(c_, &s) != sparrowSuccess) return d;
+    d["ops"] = s.ops;
+    d["dense_bytes"] = s.denseBytes;
+    d["wire_bytes"] = s.wireBytes;
+    d["changed"] = s.changedElements;
+    d["density"] = s.density;
+    d["encode_s"] = s.encodeSeconds;
+    d["apply_s"] = s.applySeconds;
+    d["time_s"] = s.totalSeconds;
+    d["resyncs"] = s.resyncs;
+    d["full"] = bool(s.full);
+    return d;
+  }
+  int destroy() {
+    if (!c_) return int(sparrowSuccess);
+    sparrowComm_t c = c_;
+    c_ = nullptr;
+    Gil g;
+    return sparrowCommDestroy(c);
+  }
+  int abort() {
+    if (!c_) return int(sparrowSuccess);
+    sparrowComm_t c = c_;
+    c_ = nullptr;
+    Gil g;
+    return sparrowCommAbort(c);
+  }
+
+ private:
+  sparrowComm_t c_ = nullptr;
+  sparrowResult_t init_rc_ = sparrowSuccess;
+  std::string init_error_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_sparrow, m) {
+  m.doc() = "Low-level binding of sparrow's C API; use the `sparrow` package instead.";
+  m.attr("UNIQUE_ID_BYTES") = SPARROW_UNIQUE_ID_BYTES;
+  m.def("get_unique_id", [] {
+    sparrowUniqueId u;
+    sparrowResult_t rc;
+    {
+      Gil g;
+      rc = sparrowGetUniqueId(&u);
+    }
+    if (rc != sparrowSuccess) return py::make_tuple(int(rc), py::bytes(sparrowGetLastError(nullptr)));
+    return py::make_tuple(0, py::bytes(u.internal, sizeof(u.internal)));
+  });
+  m.def("version", [] {
+    int v = 0;
+    sparrowGetVersion(&v);
+    return v;
+  });
+  m.def("error_string", [](int rc) { return std::string(sparrowGetErrorString(sparrowResult_t(rc))); });
+  m.def("last_error", [] { return std::string(sparrowGetLastError(nullptr)); });
+  m.def("group_start", [] { return int(sparrowGroupStart()); });
+  m.def("group_end", [] {
+    Gil g;
+    return int(sparrowGroupEnd());
+  });
+  py::class_<Comm>(m, "Comm")
+      .def(py::init<int, py::bytes, int>(), py::arg("nranks"), py::arg("uid"), py::arg("rank"))
+      .def_property_readonly("init_result", &Comm::init_result)
+      .def_property_readonly("init_error", &Comm::init_error)
+      .def_property_readonly("alive", &Comm::alive)
+      .def_property_readonly("rank", &Comm::rank)
+      .def_property_readonly("size", &Comm::size)
+      .def("sparse_bcast", &Comm::sparse_bcast)
+      .def("broadcast", &Comm::broadcast)
+      .def("reset", &Comm::reset)
+      .def("async_error", &Comm::async_error)
+      .def("last_error", &Comm::last_error)
+      .def("stats", &Comm::stats)
+      .def("destroy", &Comm::destroy)
+      .def("abort", &Comm::abort);
+}

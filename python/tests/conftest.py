@@ -1,0 +1,111 @@
+"""Shared helpers: ranks as Python threads (the GIL is released in every sparrow call), settings for
+loopback, and the path of the package under test (build tree unless SPARROW_PYTHONPATH says)."""
+import os
+import sys
+import threading
+
+os.environ.setdefault("SPARROW_SOCKET_IFNAME", "lo")
+os.environ.setdefault("SPARROW_PROBE_MS", "30")
+os.environ.setdefault("SPARROW_TIMEOUT_S", "60")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PKG = os.environ.get("SPARROW_PYTHONPATH", os.path.join(ROOT, "build", "python"))
+if PKG not in sys.path:
+    sys.path.insert(0, PKG)
+
+import pytest  # noqa: E402
+
+import sparrow  # noqa: E402
+
+
+def run_ranks(n, fn, uid=None):
+    """Runs fn(comm, rank) for n ranks on n threads over one communicator; returns per-rank results,
+    raising the first exception (with its rank) if any rank raised."""
+    uid = uid or sparrow.get_unique_id()
+    comms = [None] * n
+    out = [None] * n
+    errs = [None] * n
+
+    def body(r):
+        try:
+            comms[r] = sparrow.Communicator(n, uid, r)
+            out[r] = fn(comms[r], r)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errs[r] = e
+
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+        assert not t.is_alive(), "a rank hung"
+    for c in comms:
+        if c is not None:
+            c.destroy()
+    for r, e in enumerate(errs):
+        if e is not None:
+            raise AssertionError(f"rank {r} raised {type(e).__name__}: {e}") from e
+    return out
+
+
+class Ranks:
+    """n communicators kept across several collective calls: ranks.call(fn) runs fn(comm, rank) on
+    every rank at once and returns the per-rank results or exceptions (not raised)."""
+
+    def __init__(self, n):
+        self.n = n
+        uid = sparrow.get_unique_id()
+        self.comms = [None] * n
+        errs = [None] * n
+
+        def init(r):
+            try:
+                self.comms[r] = sparrow.Communicator(n, uid, r)
+            except BaseException as e:  # noqa: BLE001
+                errs[r] = e
+
+        ts = [threading.Thread(target=init, args=(r,)) for r in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for e in errs:
+            if e is not None:
+                raise e
+
+    def call(self, fn):
+        out = [None] * self.n
+
+        def body(r):
+            try:
+                out[r] = fn(self.comms[r], r)
+            except BaseException as e:  # noqa: BLE001
+                out[r] = e
+
+        ts = [threading.Thread(target=body, args=(r,)) for r in range(self.n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=300)
+            assert not t.is_alive(), "a rank hung"
+        return out
+
+    def close(self):
+        for c in self.comms:
+            if c is not None:
+                c.destroy()
+
+
+@pytest.fixture
+def ranks():
+    made = []
+
+    def make(n):
+        r = Ranks(n)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()

@@ -1,0 +1,278 @@
+"""The Python binding over real sockets: ranks as threads in this process (processes where a rank
+must die), torch tensors and numpy arrays used in place."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import sparrow
+from conftest import PKG, run_ranks
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup.sh installs python3-torch)")
+
+TORCH_DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32, torch.float64,
+                torch.bfloat16]
+INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t):
+    """The tensor's bit patterns, for bit-exact comparison (NaN payloads and -0.0 included)."""
+    return t.view(INT_VIEW[t.element_size()]) if t.dtype not in (torch.uint8,) else t
+
+
+def mutate(t, frac, gen):
+    """Changes ~frac of the elements' bits (random bit patterns, so NaNs and -0.0 appear too)."""
+    v = bits(t).view(-1)
+    k = max(1, int(v.numel() * frac))
+    idx = torch.randint(0, v.numel(), (k,), generator=gen)
+    v[idx] = torch.randint(-100, 100, (k,), generator=gen).to(v.dtype) ^ v[idx]
+
+
+def test_unique_id_and_version():
+    uid = sparrow.get_unique_id()
+    assert isinstance(uid, bytes) and len(uid) == sparrow.UNIQUE_ID_BYTES == 128
+    assert uid != sparrow.get_unique_id()
+    assert sparrow.version() >= 100
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+def test_every_torch_dtype_in_place_over_steps(ranks, dtype):
+    rs = ranks(3)
+    gen = torch.Generator().manual_seed(7)
+    src = bits(torch.zeros(10007, dtype=dtype))
+    src.copy_(torch.randint(-(2 ** 7), 2 ** 7 - 1, src.shape, generator=gen).to(src.dtype))
+    src = src.view(dtype)
+    recv = [src.clone() if r == 1 else torch.zeros_like(src) for r in range(3)]
+    for step in range(4):
+        if step:
+            mutate(src, 0.01, gen)
+        recv[1].copy_(src)  # the root (rank 1) sends its own tensor, in place
+        out = rs.call(lambda c, r: c.sparse_broadcast(recv[r], root=1))
+        for r in range(3):
+            assert not isinstance(out[r], Exception), out[r]
+            assert out[r] is recv[r]
+            assert torch.equal(bits(recv[r]), bits(src)), f"step {step} rank {r}"
+        st = rs.comms[0].stats()
+        assert st["full"] == (step == 0)
+        if step:
+            assert st["wire_bytes"] * 5 < st["dense_bytes"], st
+
+
+@pytest.mark.parametrize("name", list(sparrow.DTYPES)[:-1])  # numpy has no bfloat16
+def test_every_numpy_dtype_out_of_place(ranks, name):
+    rs = ranks(3)
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 255, 4099 * np.dtype(name).itemsize, dtype=np.uint8).view(name)
+    outs = [np.zeros_like(src) for _ in range(3)]
+    for step in range(3):
+        if step:
+            src.view(np.uint8)[rng.integers(0, src.nbytes, 40)] ^= 0x5A
+        res = rs.call(lambda c, r: c.sparse_broadcast(src if r == 0 else outs[r], root=0, out=outs[r] if r == 0 else None))
+        for r in range(3):
+            assert not isinstance(res[r], Exception), res[r]
+            assert outs[r].tobytes() == src.tobytes(), f"step {step} rank {r}"
+
+
+def test_dense_broadcast_and_stats_keys(ranks):
+    rs = ranks(4)
+    src = torch.arange(100003, dtype=torch.float32)
+    dst = [src.clone() if r == 2 else torch.full_like(src, -1) for r in range(4)]
+    res = rs.call(lambda c, r: c.broadcast(dst[r], root=2))
+    for r in range(4):
+        assert not isinstance(res[r], Exception), res[r]
+        assert torch.equal(dst[r], src)
+    st = rs.comms[1].stats()
+    for k in ("ops", "dense_bytes", "wire_bytes", "changed", "density", "encode_s", "apply_s", "time_s", "resyncs",
+              "full"):
+        assert k in st, k
+    assert st["dense_bytes"] == src.numel() * 4
+
+
+def test_group_is_one_step_and_weight_sync(ranks):
+    rs = ranks(3)
+    torch.manual_seed(0)
+    shapes = [(64, 33), (1000,), (7, 3, 5), (1,)]
+    trainer = [torch.randn(s).to(torch.bfloat16) for s in shapes]
+    workers = {r: [torch.zeros(s, dtype=torch.bfloat16) for s in shapes] for r in (1, 2)}
+    syncs = rs.call(lambda c, r: sparrow.WeightSync(
+        c, [(f"p{i}", t) for i, t in enumerate(trainer if r == 0 else workers[r])], root=0))
+    before = rs.comms[0].stats()["ops"] if rs.comms[0].stats() else 0
+    for step in range(4):
+        if step:
+            for t in trainer:
+                flat = t.view(-1)
+                flat[torch.randint(0, flat.numel(), (max(1, flat.numel() // 50),))] += 0.5
+        res = rs.call(lambda c, r: syncs[r].step())
+        for r in (1, 2):
+            assert not isinstance(res[r], Exception), res[r]
+            for a, b in zip(workers[r], trainer):
+                assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"step {step} rank {r}"
+    assert rs.comms[0].stats()["ops"] == before + 4, "each WeightSync.step is one operation"
+    assert syncs[0].names == ["p0", "p1", "p2", "p3"] and syncs[0].steps == 4
+
+
+def test_parameters_of_a_module_sync_in_place(ranks):
+    rs = ranks(2)
+    torch.manual_seed(1)
+    models = [torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to(torch.bfloat16)
+              for _ in range(2)]
+    syncs = rs.call(lambda c, r: sparrow.WeightSync(c, models[r].named_parameters(), root=0))
+    res = rs.call(lambda c, r: syncs[r].step())
+    assert not any(isinstance(x, Exception) for x in res), res
+    for (n0, p0), (n1, p1) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        assert n0 == n1 and torch.equal(p0.view(torch.int16), p1.view(torch.int16)), n0
+    x = torch.randn(3, 16).to(torch.bfloat16)
+    assert torch.equal(models[0](x), models[1](x))
+
+
+def test_bad_arguments_raise_specific_errors(ranks):
+    rs = ranks(2)
+    c = rs.comms[0]
+    with pytest.raises(sparrow.InvalidArgument, match="not contiguous"):
+        c.sparse_broadcast(torch.zeros(10, 10).t())
+    with pytest.raises(sparrow.InvalidArgument, match="not supported"):
+        c.sparse_broadcast(torch.zeros(4, dtype=torch.bool))
+    with pytest.raises(sparrow.InvalidArgument, match="root must be"):
+        c.sparse_broadcast(torch.zeros(4), root=2)
+    with pytest.raises(sparrow.InvalidArgument, match="expected a torch.Tensor or a numpy array"):
+        c.broadcast([1, 2, 3])
+    with pytest.raises(sparrow.InvalidArgument, match="read-only"):
+        rs.comms[1].sparse_broadcast(np.frombuffer(b"\0" * 16, dtype=np.uint8), root=0)
+    with pytest.raises(sparrow.InvalidArgument, match="out has"):
+        c.sparse_broadcast(torch.zeros(4), out=torch.zeros(5))
+    with pytest.raises(sparrow.InvalidArgument, match="uid must be"):
+        sparrow.Communicator(2, b"short", 0)
+    with pytest.raises(sparrow.InvalidArgument, match="rank must be"):
+        sparrow.Communicator(2, sparrow.get_unique_id(), 5)
+    assert issubclass(sparrow.InvalidArgument, ValueError) and issubclass(sparrow.Timeout, TimeoutError)
+
+
+def test_mismatched_counts_fail_every_rank_with_invalid_usage(ranks):
+    rs = ranks(3)
+    bufs = [torch.zeros(100 + (r == 2)) for r in range(3)]
+    res = rs.call(lambda c, r: c.sparse_broadcast(bufs[r], root=0))
+    for r in range(3):
+        assert isinstance(res[r], sparrow.InvalidUsage), (r, res[r])
+        assert "differ between ranks" in str(res[r])
+
+
+def test_destroyed_communicator_is_rejected():
+    def fn(c, r):
+        return c
+
+    comms = run_ranks(2, fn)
+    with pytest.raises(sparrow.InvalidUsage, match="destroyed"):
+        comms[0].sparse_broadcast(torch.zeros(3))
+    comms[0].destroy()  # idempotent
+    with sparrow.Communicator(1, sparrow.get_unique_id(), 0) as c:
+        assert c.size == 1
+    with pytest.raises(sparrow.InvalidUsage):
+        _ = c.rank
+
+
+def test_modified_receiver_is_refused_then_repaired(ranks):
+    rs = ranks(3)
+    gen = torch.Generator().manual_seed(11)
+    src = torch.randn(50000, generator=gen).to(torch.bfloat16)
+    dst = [src if r == 0 else torch.zeros_like(src) for r in range(3)]
+    res = rs.call(lambda c, r: c.sparse_broadcast(dst[r], root=0))
+    assert not any(isinstance(x, Exception) for x in res), res
+    for unchanged in (True, False):
+        old = src.clone()
+        src.view(torch.int16)[torch.randint(0, src.numel(), (500,), generator=gen)] ^= 3
+        # rank 2 scribbles on one element: one the step leaves alone, or one it changes
+        diff = (old.view(torch.int16) != src.view(torch.int16)).nonzero().view(-1)
+        same = (old.view(torch.int16) == src.view(torch.int16)).nonzero().view(-1)
+        at = int(same[17] if unchanged else diff[3])
+        dst[2].view(torch.int16)[at] ^= 1
+        scribbled = dst[2].clone()
+        res = rs.call(lambda c, r: c.sparse_broadcast(dst[r], root=0))
+        assert res[0] is dst[0] and res[1] is dst[1]
+        assert isinstance(res[2], sparrow.VersionMismatch), res[2]
+        assert "written to since that step" in str(res[2])
+        assert torch.equal(dst[2].view(torch.int16), scribbled.view(torch.int16)), "refused untouched"
+        assert torch.equal(dst[1].view(torch.int16), src.view(torch.int16))
+        src.view(torch.int16)[torch.randint(0, src.numel(), (500,), generator=gen)] ^= 5
+        res = rs.call(lambda c, r: c.sparse_broadcast(dst[r], root=0))
+        assert not any(isinstance(x, Exception) for x in res), res
+        for r in (1, 2):
+            assert torch.equal(dst[r].view(torch.int16), src.view(torch.int16)), f"rank {r} repaired"
+    assert rs.comms[2].stats()["resyncs"] == 2
+
+
+WORKER = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, os.environ["SPARROW_TEST_PKG"])
+    import torch, sparrow
+    comm = sparrow.Communicator.from_env()
+    buf = torch.zeros(200000, dtype=torch.bfloat16)
+    steps = int(os.environ["STEPS"])
+    for step in range(steps):
+        if comm.rank == 0:
+            buf.view(torch.int16)[step * 1000:(step + 1) * 1000] += 1
+        try:
+            comm.sparse_broadcast(buf, root=0)
+            print(f"rank {comm.rank} step {step} ok", flush=True)
+        except sparrow.Error as e:
+            print(f"rank {comm.rank} step {step} {type(e).__name__}: {e}", flush=True)
+            sys.exit(3)
+        if comm.rank != 0:
+            expect = torch.zeros(200000, dtype=torch.int16)
+            expect[: (step + 1) * 1000] = 1
+            assert torch.equal(buf.view(torch.int16), expect), "wrong bits"
+        if step == 1 and comm.rank == 2:
+            print("rank 2 waiting to be killed", flush=True)
+            time.sleep(600)
+        if step == 1 and comm.rank == 0:
+            sys.stdin.readline()  # the test kills rank 2, then lets the root go on
+    comm.destroy()
+""")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(n, steps, extra_env=None):
+    env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               SPARROW_TEST_PKG=PKG, STEPS=str(steps), SPARROW_TIMEOUT_S="20", **(extra_env or {}))
+    procs = []
+    for r in range(n):
+        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=dict(env, RANK=str(r)),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    return procs
+
+
+def test_from_env_processes_and_killed_worker_is_peer_lost():
+    procs = spawn(3, 4)
+    try:
+        # rank 2 announces it is parked after step 1; kill it, then release the root
+        line = ""
+        deadline = time.monotonic() + 120
+        while "waiting to be killed" not in line and time.monotonic() < deadline:
+            line = procs[2].stdout.readline()
+            assert line or procs[2].poll() is None, "rank 2 exited early"
+        assert "waiting to be killed" in line
+        procs[2].send_signal(signal.SIGKILL)
+        procs[2].wait(timeout=30)
+        procs[0].stdin.write("\n")
+        procs[0].stdin.flush()
+        out0, _ = procs[0].communicate(timeout=120)
+        out1, _ = procs[1].communicate(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert "rank 0 step 1 ok" in out0 and "rank 1 step 1 ok" in out1, (out0, out1)
+    assert "PeerLost" in out0 or "PeerLost" in out1, (out0, out1)
+    assert procs[0].returncode == 3 or procs[1].returncode == 3, (out0, out1)
