@@ -13,8 +13,7 @@ b=build/bin
 export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-bbr}
 run() {
   for attempt in 1 2; do
-    if timeout 600 scripts/wanemu-mpirun.sh "$scenario" "$@" --json >>"$out"; then return 0; fi
-    pkill -9 orted 2>/dev/null
+    if timeout --kill-after=30 600 scripts/wanemu-mpirun.sh "$scenario" "$@" --json >>"$out"; then return 0; fi
   done
   echo "benchmark failed twice: $*" >&2
 }

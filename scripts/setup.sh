@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libopenmpi-dev openmpi-bin libucx-dev libhwloc-dev
       libssl-dev clang libclang-rt-14-dev iperf3 iproute2 util-linux procps python3 python3-matplotlib
       python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
-      python3-setuptools python3-wheel python3-venv python3-pip)
+      python3-setuptools python3-wheel python3-venv python3-pip nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,20 +7,24 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 wanemu=${WANEMU:-$here/build/bin/wanemu}
+# Every SPARROW_* setting of the caller reaches every rank (mpirun forwards only what -x names),
+# except the per-host ones wanemu sets inside each emulated host. The list is made by the outer call.
+forward=()
+for v in ${WANEMU_MPI_FORWARD:-}; do forward+=(-x "$v"); done
 if [ "${1:-}" = "--inside" ]; then
   shift
   hosts=${WANEMU_ADDRS}
   exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
     --mca plm_rsh_agent "$wanemu rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
-    -x WANEMU_SCENARIO "$@"
+    -x WANEMU_SCENARIO "${forward[@]}" "$@"
 fi
 if [ "${1:-}" = "--inside-proxy" ]; then
   # The unprivileged fallback: every rank on loopback, each one a host through `wanemu enter`.
   shift
   exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" \
     --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
-    -x WANEMU_SCENARIO "$wanemu" enter -- "$@"
+    -x WANEMU_SCENARIO "${forward[@]}" "$wanemu" enter -- "$@"
 fi
 if [ $# -lt 2 ]; then
   echo "usage: $0 SCENARIO.toml PROGRAM [ARGS...]" >&2
@@ -28,6 +32,7 @@ if [ $# -lt 2 ]; then
 fi
 scenario=$1
 shift
+export WANEMU_MPI_FORWARD="$(compgen -e | grep '^SPARROW_' | grep -vE '^SPARROW_(SOCKET_IFNAME|SOCKET_ADDR|REGION)$' | tr '\n' ' ' || true)"
 export WANEMU_SCENARIO=$(cd "$(dirname "$scenario")" && pwd)/$(basename "$scenario")
 # Without root or /dev/net/tun (or with WANEMU_PROXY=1): the loopback proxy, which applies the link
 # rates and delays to sparrow's TCP connections but not TCP dynamics (MPI's own traffic is direct).

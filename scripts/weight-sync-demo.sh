@@ -11,10 +11,9 @@ export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-bbr}
 if "$bin/wanemu" selftest --probe-only >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ]; then
   echo "== emulated WAN: bench/scenarios/four_regions.toml (us, eu, ap, sa; RTT 20-200 ms; 1 Gbit/s access links)"
   for attempt in 1 2; do
-    if timeout 240 scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml "$bin/sparrow-weight-sync" "${args[@]}"; then
+    if timeout --kill-after=30 240 scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml "$bin/sparrow-weight-sync" "${args[@]}"; then
       exit 0
     fi
-    pkill -9 orted 2>/dev/null
     # Known issue: mpirun's start-up across emulated hosts occasionally stalls; a retry usually works.
     echo "== attempt $attempt did not finish within 4 minutes; retrying" >&2
   done
@@ -25,7 +24,7 @@ fi
 # The unprivileged fallback: the scenario's link rates and delays on sparrow's connections, without
 # TCP dynamics (the emulator prints this too).
 echo "== emulated links (proxy): bench/scenarios/four_regions.toml"
-if WANEMU_PROXY=1 timeout 240 scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml "$bin/sparrow-weight-sync" "${args[@]}"; then
+if WANEMU_PROXY=1 timeout --kill-after=30 240 scripts/wanemu-mpirun.sh bench/scenarios/four_regions.toml "$bin/sparrow-weight-sync" "${args[@]}"; then
   exit 0
 fi
 echo "== the proxy run failed too; running on plain loopback, no link model" >&2

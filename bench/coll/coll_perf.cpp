@@ -8,6 +8,7 @@
 //                                    two-level tree); dense: sparrowBroadcast; mpi: MPI_Bcast
 //   --model NAME --layers N --vocab N --steps N   realistic RL steps instead of -b/-e (sparse mode)
 //   --json    one JSON object per row                              --scenario FILE (default $WANEMU_SCENARIO)
+//   --stage   receivers use sparrowSparseBcastStage + sparrowStageCommit; the commit is timed apart
 #include <getopt.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ struct Opts {
   int dtype = 9;
   double density = 0.01;
   std::string impl = "sparrow", model, scenario;
+  bool stage = false;  // receivers stage each step and commit it once ready (commit timed apart)
   int64_t layers = 1, vocab = 2048;
 };
 
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
   Opts o;
   std::string self = argv[0];
   o.sparse = self.find("sparse") != std::string::npos;
-  static option longopts[] = {{"impl", 1, 0, 'I'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
+  static option longopts[] = {{"impl", 1, 0, 'I'}, {"stage", 0, 0, 'G'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
                               {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
                               {"density", 1, 0, 'D'}, {0, 0, 0, 0}};
   for (int c; (c = getopt_long(argc, argv, "b:e:f:n:w:c:r:d:D:h", longopts, nullptr)) != -1;) {
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
       }
       case 'D': o.density = atof(optarg); break;
       case 'I': o.impl = optarg; break;
+      case 'G': o.stage = true; break;
       case 'M': o.model = optarg; break;
       case 'L': o.layers = atoll(optarg); break;
       case 'V': o.vocab = atoll(optarg); break;
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
       case 'h':
         printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
                "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
-               "          [--scenario FILE] [--json]\nRun under mpirun (or scripts/wanemu-mpirun.sh).\n",
+               "          [--scenario FILE] [--json] [--stage]\n  --stage  receivers stage each step and commit it once ready; the commit is timed on its own\nRun under mpirun (or scripts/wanemu-mpirun.sh).\n",
                argv[0]);
         return 0;
       default: return 2;
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
     printf("#%12s %12s %9s %5s %11s %9s %9s %7s", "size", "count", "type", "root", "time(us)", "algbw", "busbw", "#wrong");
     if (o.sparse) printf(" %8s %12s %8s", "density", "wire(B)", "ratio");
     if (bound.known) printf(" %11s %8s", "bound(us)", "x_bound");
+    if (o.stage) printf(" %11s %8s", "commit(us)", "commit/t");
     printf("\n");
   }
   std::vector<size_t> sizes;
@@ -242,6 +246,7 @@ int main(int argc, char** argv) {
         for (size_t t = 0; t < layout.size(); ++t)
           gen::mutate_exact(ptr[t], layout[t].count, es, o.density, step_seed++);
     };
+    double commit_s = 0;  // this receiver's last commit (--stage)
     auto op = [&]() -> int {
       if (o.impl == "mpi") {
         for (size_t t = 0; t < layout.size(); ++t) {
@@ -262,8 +267,19 @@ int main(int argc, char** argv) {
       }
       sparrowGroupStart();
       for (size_t t = 0; t < layout.size(); ++t)
-        sparrowSparseBcast(ptr[t], ptr[t], layout[t].count, sparrowDataType_t(o.dtype), o.root, comm, nullptr);
-      return sparrowGroupEnd();
+        (o.stage ? sparrowSparseBcastStage : sparrowSparseBcast)(ptr[t], ptr[t], layout[t].count,
+                                                                 sparrowDataType_t(o.dtype), o.root, comm, nullptr);
+      int g = sparrowGroupEnd();
+      if (g != 0 || !o.stage || rank == o.root) return g;
+      // Staged: the step arrives while this rank could keep generating; the switch is the commit.
+      for (int ready = 0; !ready;) {
+        if (sparrowStageQuery(comm, &ready) != sparrowSuccess) return 1;
+        if (!ready) usleep(200);
+      }
+      double t0 = bench::now();
+      g = sparrowStageCommit(comm);
+      commit_s = bench::now() - t0;
+      return g;
     };
     // Version 1 (dense for sparse_bcast) and warmup: not timed.
     for (int w = 0; w < 1 + o.warmup; ++w) {
@@ -273,7 +289,7 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
     }
-    double tsum = 0, wire = 0, dens = 0;
+    double tsum = 0, wire = 0, dens = 0, csum = 0;
     for (int it = 0; it < o.iters; ++it) {
       if (o.sparse) mutate();
       int rc = 0;
@@ -284,6 +300,11 @@ int main(int argc, char** argv) {
         break;
       }
       tsum += took;
+      if (o.stage) {  // the slowest receiver's commit
+        double cmax = 0;
+        MPI_Reduce(&commit_s, &cmax, 1, MPI_DOUBLE, MPI_MAX, o.root, MPI_COMM_WORLD);
+        csum += cmax;
+      }
       if (comm && rank == o.root && o.sparse && o.impl != "dense") {
         sparrowStats st;
         sparrowCommGetStats(comm, &st);
@@ -318,12 +339,19 @@ int main(int argc, char** argv) {
                  o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, kTypes[o.dtype],
                  o.root, t * 1e6, algbw, algbw, wrong, d, w, double(bytes) / w, bnd * 1e6, bnd > 0 ? t / bnd : 0.0,
                  o.model.c_str(), o.scenario.c_str());
-        printf("%s\n", line);
+        if (o.stage) {  // append the staging figures to the JSON object
+          line[strlen(line) - 1] = 0;
+          printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f}\n", line, csum / o.iters * 1e6,
+                 csum / o.iters / t);
+        } else {
+          printf("%s\n", line);
+        }
       } else {
         printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, kTypes[o.dtype], o.root, t * 1e6, algbw,
                algbw, wrong);
         if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(bytes) / w);
         if (bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
+        if (o.stage) printf(" %11.1f %8.4f", csum / o.iters * 1e6, csum / o.iters / t);
         printf("\n");
       }
       fflush(stdout);

@@ -127,6 +127,27 @@ sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatyp
  *   sparrowPeerLost, sparrowTimeout, sparrowCorruptData: as named; recvbuff unchanged. */
 sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
                                    int root, sparrowComm_t comm, sparrowStream_t stream);
+/* Staging: receive while generating, switch at a safe point (vLLM-style start/update/finish).
+ * sparrowSparseBcastStage takes sparrowSparseBcast's arguments. On a receiver it returns at once: a
+ * background thread receives the step (forwarding it to this rank's children, if any), verifies it
+ * (including that recvbuff still holds the previous version) and decodes it into staging memory
+ * proportional to the changes. recvbuff is only read until the commit: the caller keeps reading it
+ * (generating with the previous version) and must not write it. On the root it is
+ * sparrowSparseBcast. Inside a group, the group's staged calls are one staged step.
+ * sparrowStageQuery sets *ready to 1 once everything staged has been received and verified (or has
+ * failed), else 0; non-blocking; 1 when nothing is staged.
+ * sparrowStageCommit waits until ready, then writes the staged changes into recvbuff (time
+ * proportional to the changes) and returns the step's result (any error sparrowSparseBcast would
+ * return; recvbuff is then unchanged). Success when nothing is staged.
+ * One staged step per communicator at a time: any other collective on the communicator before the
+ * commit returns sparrowInvalidUsage. Waits are bounded by SPARROW_TIMEOUT_S; sparrowCommAbort
+ * stops a staged step; sparrowCommDestroy lets it arrive and drops it. Same thread rules as the
+ * other calls (one thread at a time per communicator). */
+sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, void* recvbuff, size_t count, sparrowDataType_t datatype,
+                                        int root, sparrowComm_t comm, sparrowStream_t stream);
+sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready);
+sparrowResult_t sparrowStageCommit(sparrowComm_t comm);
+
 /* Forgets the state of `buff` on this rank: its next sparse broadcast is dense (root) or a resync. */
 sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff);
 
@@ -149,6 +170,10 @@ typedef struct {
   double totalSeconds;                 /* the whole call on this rank */
   unsigned long long resyncs;          /* full snapshots sent (root) or received (receiver), cumulative */
   int full;                            /* the last operation was a full (dense) version */
+  int stagePending;                    /* a staged step awaits sparrowStageCommit */
+  int stageReady;                      /* ... and has been received and verified (or failed) */
+  unsigned long long stageBytesReceived; /* checkpoint bytes of the staged step received so far */
+  unsigned long long stagedBytes;      /* memory holding its staged changes (once ready) */
 } sparrowStats;
 sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* stats);
 

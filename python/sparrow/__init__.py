@@ -262,6 +262,7 @@ class Communicator:
             _raise(self._c.init_result, self._c.init_error)
         self._group_depth = 0
         self._group_keep: List[_Buffer] = []
+        self._staged_keep: List[_Buffer] = []  # tensors a staged step reads until commit()
 
     @classmethod
     def from_env(cls, timeout: Optional[float] = None) -> "Communicator":
@@ -344,6 +345,34 @@ class Communicator:
         self._check(self._c.broadcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
         return dst.obj
 
+    def stage(self, tensor: Any, root: int = 0, out: Any = None) -> None:
+        """Stage a sparse_broadcast (sparrowSparseBcastStage): on a receiver it returns at once and the
+        step is received, verified and decoded in the background, while `tensor` (or `out`) keeps the
+        previous version: keep reading it (generating), do not write it. commit() switches it to the
+        new version. On the root it is sparse_broadcast. Inside group(), the group is one staged step."""
+        src, dst = self._buffers(tensor, out, root, "stage")
+        me = self._c.rank
+        send = src.ptr if me == root else 0
+        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        self._staged_keep += [src, dst]
+        self._check(self._c.stage(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+
+    def ready(self) -> bool:
+        """True once the staged step has been received and verified (or has failed), or when nothing
+        is staged. Does not block."""
+        code, ready = self._alive().stage_query()
+        self._check(code)
+        return ready
+
+    def commit(self) -> None:
+        """Wait until the staged step is ready, then write it into the staged tensors (time
+        proportional to the changes). Raises what sparse_broadcast would (the tensors are then
+        unchanged). Nothing staged: returns at once."""
+        try:
+            self._check(self._alive().stage_commit())
+        finally:
+            self._staged_keep = []
+
     def reset(self, tensor: Any) -> None:
         """Forget the sparse state of `tensor` on this rank: its next sparse_broadcast is dense."""
         b = _Buffer(tensor, writable=False, what="reset")
@@ -372,7 +401,8 @@ class Communicator:
 
     def stats(self) -> Dict[str, Any]:
         """What the last collective did on this rank: dense_bytes, wire_bytes, changed, density,
-        encode_s, apply_s, time_s, full, resyncs (cumulative), ops (count)."""
+        encode_s, apply_s, time_s, full, resyncs (cumulative), ops (count); and for a staged step
+        stage_pending, stage_ready, stage_bytes_received, staged_bytes."""
         return self._alive().stats()
 
     def async_error(self) -> Optional[Error]:
@@ -437,6 +467,24 @@ class WeightSync:
         with self.comm.group():
             for t in self.tensors:
                 self.comm.sparse_broadcast(t, root=self.root)
+        self.steps += 1
+        return self.comm.stats()
+
+    def stage(self) -> None:
+        """The trainer pushes as in step(); a worker starts receiving the next version in the
+        background and keeps generating with the current one until commit()."""
+        with self.comm.group():
+            for t in self.tensors:
+                self.comm.stage(t, root=self.root)
+
+    def ready(self) -> bool:
+        """True once the staged version has been received and verified (does not block)."""
+        return self.comm.ready()
+
+    def commit(self) -> Dict[str, Any]:
+        """Switch to the staged version (at a safe point, e.g. between generation batches); returns
+        this rank's stats for the step."""
+        self.comm.commit()
         self.steps += 1
         return self.comm.stats()
 

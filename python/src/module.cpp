@@ -71,6 +71,20 @@ class Comm {
     return sparrowBroadcast(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
                             reinterpret_cast<sparrowStream_t>(stream));
   }
+  int stage(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
+    Gil g;
+    return sparrowSparseBcastStage(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
+                                   reinterpret_cast<sparrowStream_t>(stream));
+  }
+  py::tuple stage_query() {
+    int ready = 0;
+    int rc = sparrowStageQuery(c_, &ready);
+    return py::make_tuple(rc, ready != 0);
+  }
+  int stage_commit() {
+    Gil g;
+    return sparrowStageCommit(c_);
+  }
   int reset(uintptr_t buff) { return sparrowSparseBcastReset(c_, ptr(buff)); }
   int async_error() const {
     sparrowResult_t e = sparrowSuccess;
@@ -92,6 +106,10 @@ class Comm {
     d["time_s"] = s.totalSeconds;
     d["resyncs"] = s.resyncs;
     d["full"] = bool(s.full);
+    d["stage_pending"] = bool(s.stagePending);
+    d["stage_ready"] = bool(s.stageReady);
+    d["stage_bytes_received"] = s.stageBytesReceived;
+    d["staged_bytes"] = s.stagedBytes;
     return d;
   }
   int destroy() {
@@ -151,6 +169,9 @@ PYBIND11_MODULE(_sparrow, m) {
       .def_property_readonly("size", &Comm::size)
       .def("sparse_bcast", &Comm::sparse_bcast)
       .def("broadcast", &Comm::broadcast)
+      .def("stage", &Comm::stage)
+      .def("stage_query", &Comm::stage_query)
+      .def("stage_commit", &Comm::stage_commit)
       .def("reset", &Comm::reset)
       .def("async_error", &Comm::async_error)
       .def("last_error", &Comm::last_error)

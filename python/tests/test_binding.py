@@ -276,3 +276,42 @@ def test_from_env_processes_and_killed_worker_is_peer_lost():
     assert "rank 0 step 1 ok" in out0 and "rank 1 step 1 ok" in out1, (out0, out1)
     assert "PeerLost" in out0 or "PeerLost" in out1, (out0, out1)
     assert procs[0].returncode == 3 or procs[1].returncode == 3, (out0, out1)
+
+
+def test_stage_ready_commit_keeps_the_old_version_readable(ranks):
+    rs = ranks(3)
+    torch.manual_seed(5)
+    shapes = [(300, 300), (4097,)]
+    trainer = [torch.randn(s).to(torch.bfloat16) for s in shapes]
+    workers = {r: [torch.zeros(s, dtype=torch.bfloat16) for s in shapes] for r in (1, 2)}
+    syncs = rs.call(lambda c, r: sparrow.WeightSync(c, trainer if r == 0 else workers[r], root=0))
+    for step in range(3):
+        if step:
+            for t in trainer:
+                t.view(torch.int16).view(-1)[::97] += 1
+        old = {r: [w.clone() for w in workers[r]] for r in (1, 2)}
+
+        def body(c, r):
+            syncs[r].stage()
+            if r == 0:
+                return syncs[r].commit()
+            for w, o in zip(workers[r], old[r]):  # still readable, still the previous version
+                assert torch.equal(w.view(torch.int16), o.view(torch.int16))
+            deadline = time.monotonic() + 60
+            while not syncs[r].ready():
+                assert time.monotonic() < deadline, "never ready"
+                time.sleep(0.001)
+            st = c.stats()
+            assert st["stage_pending"] and st["stage_ready"] and st["stage_bytes_received"] > 0
+            with pytest.raises(sparrow.InvalidUsage, match="staged"):
+                c.broadcast(torch.zeros(1), root=0)
+            for w, o in zip(workers[r], old[r]):
+                assert torch.equal(w.view(torch.int16), o.view(torch.int16))
+            return syncs[r].commit()
+
+        res = rs.call(body)
+        for r in (1, 2):
+            assert not isinstance(res[r], Exception), res[r]
+            for w, t in zip(workers[r], trainer):
+                assert torch.equal(w.view(torch.int16), t.view(torch.int16)), f"step {step} rank {r}"
+            assert not res[r]["stage_pending"]

@@ -61,6 +61,7 @@ struct PendingOp {
   sparrow::coll::BufferArg buf;
   int root;
   sparrowStream_t stream = nullptr;
+  bool stage = false;  // sparrowSparseBcastStage
 };
 
 // Stream order for device buffers: the operation starts after the work queued on `stream` and is
@@ -115,13 +116,18 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
     // as one checkpoint, dense ones with one round of acknowledgements.
     std::vector<sparrow::coll::BufferArg> bufs;
     for (size_t j = i; j < ops.size(); ++j) {
-      if (!done[j] && ops[j].sparse == ops[i].sparse && ops[j].comm == ops[i].comm && ops[j].root == ops[i].root) {
+      if (!done[j] && ops[j].sparse == ops[i].sparse && ops[j].stage == ops[i].stage && ops[j].comm == ops[i].comm &&
+          ops[j].root == ops[i].root) {
         bufs.push_back(ops[j].buf);
         done[j] = true;
       }
     }
-    s = ops[i].sparse ? sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root)
-                      : sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
+    if (ops[i].comm->impl->coll().staged)
+      s = sparrow::Error(sparrow::Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: "
+                                                       "call sparrowStageCommit before the next collective");
+    else if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->impl, bufs, ops[i].root);
+    else if (ops[i].sparse) s = sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root);
+    else s = sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
     done[i] = true;
     sparrowResult_t r = run(ops[i].comm, s);
     if (first == sparrowSuccess) first = r;
@@ -226,8 +232,32 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* re
   return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
+SPARROW_EXPORT sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, void* recvbuff, size_t count,
+                                                       sparrowDataType_t datatype, int root, sparrowComm_t comm,
+                                                       sparrowStream_t stream) {
+  sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcastStage");
+  if (!s.ok()) return fail(s, comm);
+  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream, true});
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready) {
+  if (!comm || !ready) return invalid("sparrowStageQuery: NULL argument");
+  auto p = sparrow::coll::stage_progress(*comm->impl);
+  *ready = !p.pending || p.ready ? 1 : 0;
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowStageCommit(sparrowComm_t comm) {
+  if (!comm) return invalid("sparrowStageCommit: comm is NULL");
+  InUse guard(comm);
+  return run(comm, sparrow::coll::stage_commit(*comm->impl));
+}
+
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {
   if (!comm || !buff) return invalid("sparrowSparseBcastReset: NULL argument");
+  if (comm->impl->coll().staged)
+    return fail(sparrow::Error(sparrow::Code::kInvalidUsage, "sparrowSparseBcastReset: a staged step is pending "
+                                                             "(call sparrowStageCommit first)"), comm);
   return run(comm, sparrow::coll::sparse_reset(*comm->impl, buff));
 }
 
@@ -257,6 +287,11 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowSt
   out->totalSeconds = st.total_s;
   out->resyncs = st.resyncs;
   out->full = st.full ? 1 : 0;
+  auto p = sparrow::coll::stage_progress(*comm->impl);
+  out->stagePending = p.pending ? 1 : 0;
+  out->stageReady = p.ready ? 1 : 0;
+  out->stageBytesReceived = p.bytes_received;
+  out->stagedBytes = p.staged_bytes;
   return sparrowSuccess;
 }
 

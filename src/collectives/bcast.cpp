@@ -213,6 +213,11 @@ Status drain_acks(Comm& c, size_t window) {
   return first;
 }
 
+bool same_layout(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const TensorSpec& x, const TensorSpec& y) { return x.count == y.count && x.dtype == y.dtype; });
+}
+
 std::string arg_desc(const std::vector<BufferArg>& bufs, int root) {
   std::string s = "root " + std::to_string(root) + ", buffers:";
   for (auto& b : bufs) s += " " + std::to_string(b.count) + " x " + format::dtype_name(uint8_t(b.dtype));
@@ -427,211 +432,380 @@ class Decoder {
 
 }  // namespace
 
-// ---- sparse ------------------------------------------------------------------------------------------
+namespace {
 
-Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
-  const int me = c.rank();
-  const uint64_t seq = c.next_seq();
-  const auto d = c.deadline();
-  double t0 = now_s();
-  std::vector<TensorSpec> layout;
-  CollState::Key key;
-  double dense = 0;
-  for (size_t i = 0; i < bufs.size(); ++i) {
-    layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
-    key.push_back(me == root ? bufs[i].send : bufs[i].recv);
-    dense += double(layout.back().bytes());
-  }
-  SPARROW_ASSIGN_OR_RETURN(topology::Tree t, tree_for(c, root, dense / 100));
-  const auto& kids = t.children[me];
-  auto& st = c.coll().stats;
-
-  if (me == root) {
-    Status earlier = drain_acks(c, kAckWindow);
-    auto& rs = c.coll().roots[key];
-    if (rs.layout.size() != layout.size() ||
-        !std::equal(layout.begin(), layout.end(), rs.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
-          return a.count == b.count && a.dtype == b.dtype;
-        })) {
-      rs.layout = layout;
-      rs.enc = std::make_unique<kernels::cpu::DeltaEncoder>(layout);
-      rs.need_resync.clear();
-    }
-    const bool full = !rs.enc->has_state();
-    OpHeader h;
-    h.kind = kSparse;
-    h.flags = full ? kOpFull : 0;
-    h.root = root;
-    for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
-    std::set<int> resync = full ? std::set<int>{} : rs.need_resync;
-    for (int r : resync) h.resync.push_back(r);
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, share(h.encode())));
-    std::vector<const void*> src;
-    for (auto& b : bufs) src.push_back(b.send);
-    // Stream: header first, then every chunk as soon as a worker finished it.
-    std::atomic<uint32_t> next_sub{2};
-    std::mutex err_mu;
-    Status send_err;
-    auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
-      Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, share(std::move(frame)));
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lk(err_mu);
-        if (send_err.ok()) send_err = s;
-      }
-    };
-    kernels::cpu::EncodeStats es;
-    kernels::cpu::EncodeOptions eo;
-    eo.paper_format = kCodec.get() == "paper";
-    double te = now_s();
-    auto footer = rs.enc->encode_stream(
-        src, eo, &es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
-        [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
-    if (!footer.ok()) return footer.status();
-    emit(next_sub++, std::move(footer.value()));
-    st.encode_s = now_s() - te;
-    SPARROW_RETURN_IF_ERROR(send_err);
-    // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
-    // were sent when those calls returned, so this rarely waits): a rank that refused one of them
-    // expects its full snapshot in this operation, the very next one.
-    if (!full) {
-      Status late = drain_acks(c, 0);
-      if (earlier.ok()) earlier = late;
-      resync.insert(rs.need_resync.begin(), rs.need_resync.end());
-    }
-    rs.need_resync.clear();
-    for (int r : resync) {
-      SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
-      SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kResyncSub}, share(std::move(snap))));
-      st.resyncs++;
-    }
-    // The root's own receive buffer gets the data too (not in place).
-    for (auto& b : bufs)
-      if (b.recv && b.recv != b.send && b.count)
-        SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
-    CollState::PendingAck pa{seq, key, {}};
-    for (int r = 0; r < c.nranks(); ++r)
-      if (r != me) pa.ranks.push_back(r);
-    c.coll().acks.push_back(std::move(pa));
-    st.ops++;
-    st.dense_bytes = es.dense_bytes;
-    st.wire_bytes = es.wire_bytes;
-    st.changed = es.changes;
-    st.density = es.density();
-    st.full = full;
-    st.apply_s = 0;
-    Status result = earlier;
-    if (full) {
-      // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
-      Status agree = drain_acks(c, 0);
-      if (!agree.ok()) rs.enc->reset();  // the next call is a full snapshot again
-      SPARROW_RETURN_IF_ERROR(send_verdict(c, seq, agree));
-      if (result.ok()) result = agree;
-    }
-    st.total_s = now_s() - t0;
-    return result;
-  }
-
-  // Receiver (and relay).
-  const int parent = t.parent[me];
-  std::vector<SendRequestPtr> reqs;
-  SPARROW_ASSIGN_OR_RETURN(auto hm, c.net().recv(parent, MsgKey{c.comm_id(), seq, 0}, d));
-  auto hshared = share(std::move(hm));
-  SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, 0}, hshared, &reqs));
-  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
-  Status result = check_header(h, kSparse, bufs, root, me);
-  // This rank's receive state (a new buffer set, or a new layout, starts from nothing).
+// This rank's receive state for a buffer set (a new buffer set, or a new layout, starts from nothing).
+CollState::Recv& receiver_state(Comm& c, const CollState::Key& key, const std::vector<TensorSpec>& layout) {
   auto& rv = c.coll().recvs[key];
-  if (rv.layout.size() != layout.size() ||
-      !std::equal(layout.begin(), layout.end(), rv.layout.begin(), [](const TensorSpec& a, const TensorSpec& b) {
-        return a.count == b.count && a.dtype == b.dtype;
-      })) {
+  if (!same_layout(rv.layout, layout)) {
     rv.layout = layout;
     rv.st = {};
     rv.stale = false;
   }
-  // A rank that refused the last operation gets a full snapshot in this one (the root collects that
-  // refusal before it finishes sending); so does one the root lists in the header.
-  const bool resync_me = !(h.flags & kOpFull) &&
-                         (rv.stale || std::find(h.resync.begin(), h.resync.end(), me) != h.resync.end());
-  std::vector<void*> dst;
-  for (auto& b : bufs) dst.push_back(b.recv);
-  // Relay: forward each frame at once (cut-through); then verify and decode it here while the next
-  // ones are on the wire, so that only the writes remain after the last one.
-  std::optional<kernels::cpu::ApplySession> sess;
-  if (result.ok() && !resync_me) sess.emplace(dst, layout, rv.st);
-  // The decoder thread: header and chunks in arrival order. The receiving thread only receives and
-  // forwards, so a relay's children never wait for its decoding.
-  Decoder dec(sess ? &*sess : nullptr, parent);
-  std::shared_ptr<std::vector<uint8_t>> footer_msg;
-  uint64_t wire = 0;
-  bool full_ck = false;
-  for (uint32_t sub = 1;; ++sub) {
-    // (An early return joins the decoder in its destructor.)
-    SPARROW_ASSIGN_OR_RETURN(auto m, c.net().recv(parent, MsgKey{c.comm_id(), seq, sub}, d));
-    auto ms = share(std::move(m));
-    SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, ms, &reqs));
-    const auto& v = *ms;
-    wire += v.size();
-    bool footer = v.size() >= 4 && format::load_u32(v.data()) == format::kFooterMagic;
-    if (sub == 1) {
-      size_t used = 0;
-      auto hh = format::parse_header(v, &used);
-      full_ck = hh.ok() && hh->full();
-    }
-    if (footer) footer_msg = ms;
-    else dec.push(ms);
-    if (footer || sub > (1u << 30)) break;
+  return rv;
+}
+
+// Hands a whole checkpoint (a resync snapshot) to an ApplySession frame by frame and prepares it.
+Status feed_checkpoint(kernels::cpu::ApplySession& sess, const std::shared_ptr<std::vector<uint8_t>>& blob) {
+  std::span<const uint8_t> rest(*blob);
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(rest, &used));
+  SPARROW_RETURN_IF_ERROR(sess.begin(rest.first(used)));
+  rest = rest.subspan(used);
+  while (rest.size() >= 4 && format::load_u32(rest.data()) != format::kFooterMagic) {
+    SPARROW_ASSIGN_OR_RETURN(format::ChunkView cv, format::parse_chunk(rest, h, &used));
+    (void)cv;
+    SPARROW_RETURN_IF_ERROR(sess.add_chunk(blob, rest.first(used)));
+    rest = rest.subspan(used);
   }
-  const Status staged = dec.join();
-  const double tdec = dec.seconds();
-  double ta = now_s();
-  bool need_resync = false;
-  kernels::cpu::ApplyStats as;
-  if (result.ok()) {
-    if (resync_me) {
-      SPARROW_ASSIGN_OR_RETURN(auto snap, c.net().recv(root, MsgKey{c.comm_id(), seq, kResyncSub}, d));
-      result = kernels::cpu::apply_checkpoint(snap, dst, layout, rv.st);
-      if (result.ok()) st.resyncs++;
-      else need_resync = true;
-    } else {
-      if (!staged.ok()) result = staged;
-      else if (!footer_msg) result = CorruptData("checkpoint from rank " + std::to_string(parent) + " has no footer");
-      else result = sess->finish(*footer_msg, &as);
-      if (result.code() == Code::kVersionMismatch) {
-        need_resync = true;
-        result.context("rank " + std::to_string(me) + " refused this step: its buffers are as they were, and its "
-                       "next call on them brings a full snapshot from rank " + std::to_string(root));
+  return sess.prepare(rest);
+}
+
+}  // namespace
+
+// One sparse operation on a receiver (a relay too): receive() takes every frame from the parent and
+// forwards it to the children at once, has the decoder thread verify and decode it, and ends with
+// the acceptance check, the acknowledgement to the root and (on a full version) the root's verdict;
+// nothing is written. commit() then writes (time proportional to the changes) and records the stats.
+// A blocking call runs both; a staged call (sparrowSparseBcastStage) runs receive() on a background
+// thread and commit() in sparrowStageCommit. Until commit() the targets are only read.
+class SparseReceiver {
+ public:
+  SparseReceiver(Comm& c, std::vector<BufferArg> bufs, int root, uint64_t seq, std::vector<TensorSpec> layout,
+                 CollState::Key key, size_t dense, int parent, std::vector<int> kids, bool staged)
+      : c_(c), bufs_(std::move(bufs)), root_(root), seq_(seq), layout_(std::move(layout)), key_(std::move(key)),
+        dense_(dense), parent_(parent), kids_(std::move(kids)), d_(c.deadline()), t0_(now_s()) {
+    aopt_.checksum_ahead = staged;  // a staged commit only writes
+  }
+
+  Status receive() {
+    auto hm = c_.net().recv(parent_, MsgKey{c_.comm_id(), seq_, 0}, d_);
+    if (!hm.ok()) return hm.status();
+    auto hshared = share(std::move(hm.value()));
+    SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, 0}, hshared, &reqs_));
+    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
+    Status result = check_header(h, kSparse, bufs_, root_, c_.rank());
+    rv_ = &receiver_state(c_, key_, layout_);
+    // A rank that refused the last operation gets a full snapshot in this one (the root collects that
+    // refusal before it finishes sending); so does one the root lists in the header.
+    resync_ = !(h.flags & kOpFull) &&
+              (rv_->stale || std::find(h.resync.begin(), h.resync.end(), c_.rank()) != h.resync.end());
+    for (auto& b : bufs_) dst_.push_back(b.recv);
+    if (result.ok() && !resync_) sess_.emplace(dst_, layout_, rv_->st, aopt_);
+    std::shared_ptr<std::vector<uint8_t>> footer;
+    Status staged = relay_frames(&footer);
+    if (result.ok()) result = staged.ok() ? accept(footer) : staged;
+    if (result.code() == Code::kVersionMismatch && !resync_) {
+      need_resync_ = true;
+      result.context("rank " + std::to_string(c_.rank()) + " refused this step: its buffers are as they were, and "
+                     "its next call on them brings a full snapshot from rank " + std::to_string(root_));
+    }
+    SPARROW_RETURN_IF_ERROR(send_all(c_, {root_}, MsgKey{c_.comm_id(), seq_, kAckSub}, share(ack_bytes(result, need_resync_))));
+    if (full_) {
+      Status v = recv_verdict(c_, seq_, root_, d_);
+      if (result.ok()) result = v;
+    }
+    // A relay's forwarding is part of its call: once it returns, the caller may destroy the
+    // communicator, which must not cut its children off. (Handed to the kernel: usually done already.)
+    for (auto& r : reqs_) {
+      Status s = r->wait(d_);
+      if (!s.ok() && result.ok()) result = std::move(s).context("forwarding to this rank's children");
+    }
+    return result;
+  }
+
+  // Writes what receive() accepted (`received` is its result) and records the operation's stats.
+  Status commit(Status received) {
+    Status result = std::move(received);
+    const double ta = now_s();
+    kernels::cpu::ApplyStats as;
+    if (result.ok() && sess_) {
+      result = sess_->commit(&as);
+      if (result.ok() && resync_) resynced_ = true;
+    }
+    if (rv_) {
+      if (result.ok() || need_resync_) rv_->stale = need_resync_;
+      if (!result.ok() && resync_ && !need_resync_) rv_->stale = false;  // a failed snapshot: start over
+    }
+    auto& st = c_.coll().stats;
+    st.ops++;
+    if (resynced_) st.resyncs++;
+    st.changed = resync_ ? 0 : as.changes;
+    st.apply_s = now_s() - ta + as.decode_seconds + as.write_seconds;
+    st.dense_bytes = dense_;
+    st.wire_bytes = wire_;
+    uint64_t elems = 0;
+    for (auto& l : layout_) elems += l.count;
+    st.density = elems ? double(st.changed) / double(elems) : 0;
+    st.encode_s = 0;
+    st.full = full_;
+    st.total_s = now_s() - t0_;
+    return result;
+  }
+
+  // Progress, readable from another thread while receive() runs.
+  uint64_t bytes_received() const { return wire_.load(); }
+  size_t staged_bytes() const { return sess_ ? sess_->staged_bytes() : 0; }
+
+ private:
+  // Receives sub 1.. (header, chunks, footer) from the parent, forwards each at once and hands it to
+  // the decoder thread; returns the decoder's verdict and the footer.
+  Status relay_frames(std::shared_ptr<std::vector<uint8_t>>* footer_out) {
+    Decoder dec(sess_ ? &*sess_ : nullptr, parent_);
+    for (uint32_t sub = 1;; ++sub) {
+      // (An early return joins the decoder in its destructor.)
+      SPARROW_ASSIGN_OR_RETURN(auto m, c_.net().recv(parent_, MsgKey{c_.comm_id(), seq_, sub}, d_));
+      auto ms = share(std::move(m));
+      SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, sub}, ms, &reqs_));
+      wire_ += ms->size();
+      const bool is_footer = ms->size() >= 4 && format::load_u32(ms->data()) == format::kFooterMagic;
+      if (sub == 1) {
+        size_t used = 0;
+        auto hh = format::parse_header(*ms, &used);
+        full_ = hh.ok() && hh->full();
       }
-      st.changed = as.changes;
+      if (is_footer) *footer_out = ms;
+      else dec.push(ms);
+      if (is_footer || sub > (1u << 30)) break;
     }
+    Status st = dec.join();
+    decode_s_ = dec.seconds();
+    return st;
   }
-  st.apply_s = now_s() - ta + tdec;
-  if (result.ok() || need_resync) rv.stale = need_resync;
-  auto ack = share(ack_bytes(result, need_resync));
-  SPARROW_RETURN_IF_ERROR(send_all(c, {root}, MsgKey{c.comm_id(), seq, kAckSub}, ack));
-  if (full_ck) {
-    Status v = recv_verdict(c, seq, root, d);
-    if (result.ok()) result = v;
+
+  // The acceptance check of the delta, or the resync snapshot received and checked in its place.
+  Status accept(const std::shared_ptr<std::vector<uint8_t>>& footer) {
+    if (!resync_) {
+      if (!footer) return CorruptData("checkpoint from rank " + std::to_string(parent_) + " has no footer");
+      return sess_->prepare(*footer);
+    }
+    SPARROW_ASSIGN_OR_RETURN(auto snap, c_.net().recv(root_, MsgKey{c_.comm_id(), seq_, kResyncSub}, d_));
+    auto blob = share(std::move(snap));
+    sess_.emplace(dst_, layout_, rv_->st, aopt_);
+    return feed_checkpoint(*sess_, blob);
   }
+
+  Comm& c_;
+  std::vector<BufferArg> bufs_;
+  int root_;
+  uint64_t seq_;
+  std::vector<TensorSpec> layout_;
+  CollState::Key key_;
+  size_t dense_;
+  int parent_;
+  std::vector<int> kids_;
+  transport::Deadline d_;
+  double t0_;
+  CollState::Recv* rv_ = nullptr;
+  std::vector<void*> dst_;
+  kernels::cpu::ApplyOptions aopt_;
+  std::optional<kernels::cpu::ApplySession> sess_;
+  std::vector<SendRequestPtr> reqs_;
+  std::atomic<uint64_t> wire_{0};
+  bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false;
+  double decode_s_ = 0;
+};
+
+namespace {
+
+// ---- sparse ------------------------------------------------------------------------------------------
+
+// What every rank computes alike at the start of a sparse operation.
+struct SparseOp {
+  uint64_t seq = 0;
+  std::vector<TensorSpec> layout;
+  CollState::Key key;  // this rank's buffers (root: send, others: recv)
+  size_t dense = 0;    // bytes of the buffers
+  topology::Tree tree;
+};
+
+Result<SparseOp> begin_sparse(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  SparseOp op;
+  op.seq = c.next_seq();
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    op.layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
+    op.key.push_back(c.rank() == root ? bufs[i].send : bufs[i].recv);
+    op.dense += op.layout.back().bytes();
+  }
+  SPARROW_ASSIGN_OR_RETURN(op.tree, tree_for(c, root, double(op.dense) / 100));
+  return op;
+}
+
+// Encodes the step and streams it to the children: the checkpoint header first, then every chunk as
+// soon as a worker thread finished it, then the footer.
+Status stream_checkpoint(Comm& c, CollState::Root& rs, const std::vector<const void*>& src,
+                         const std::vector<int>& kids, uint64_t seq, kernels::cpu::EncodeStats* es) {
+  std::atomic<uint32_t> next_sub{2};
+  std::mutex err_mu;
+  Status send_err;
+  auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
+    Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, share(std::move(frame)));
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lk(err_mu);
+      if (send_err.ok()) send_err = s;
+    }
+  };
+  kernels::cpu::EncodeOptions eo;
+  eo.paper_format = kCodec.get() == "paper";
+  auto footer = rs.enc->encode_stream(
+      src, eo, es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
+      [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
+  if (!footer.ok()) return footer.status();
+  emit(next_sub++, std::move(footer.value()));
+  return send_err;
+}
+
+// Full snapshots of the new version straight to the ranks that need one (encoded once for all).
+Status send_resyncs(Comm& c, CollState::Root& rs, const std::vector<const void*>& src, uint64_t seq,
+                    const std::set<int>& ranks) {
+  if (ranks.empty()) return Status::Ok();
+  SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
+  auto shared = share(std::move(snap));
+  for (int r : ranks) SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kResyncSub}, shared));
+  c.coll().stats.resyncs += ranks.size();
+  return Status::Ok();
+}
+
+// The root's side of a sparse operation. It does not wait for this operation's acknowledgements
+// (except on the first, full one, whose arguments every rank must agree on).
+Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const SparseOp& op) {
+  const double t0 = now_s();
+  const auto& kids = op.tree.children[c.rank()];
+  Status result = drain_acks(c, kAckWindow);
+  auto& rs = c.coll().roots[op.key];
+  if (!same_layout(rs.layout, op.layout)) {
+    rs.layout = op.layout;
+    rs.enc = std::make_unique<kernels::cpu::DeltaEncoder>(op.layout);
+    rs.need_resync.clear();
+  }
+  const bool full = !rs.enc->has_state();
+  OpHeader h;
+  h.kind = kSparse;
+  h.flags = full ? kOpFull : 0;
+  h.root = root;
+  for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
+  std::set<int> resync = full ? std::set<int>{} : rs.need_resync;
+  for (int r : resync) h.resync.push_back(r);
+  SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), op.seq, 0}, share(h.encode())));
+  std::vector<const void*> src;
+  for (auto& b : bufs) src.push_back(b.send);
+  kernels::cpu::EncodeStats es;
+  const double te = now_s();
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(c, rs, src, kids, op.seq, &es));
+  const double encode_s = now_s() - te;
+  // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
+  // were sent when those calls returned, so this rarely waits): a rank that refused one of them
+  // expects its full snapshot in this operation, the very next one.
+  if (!full) {
+    Status late = drain_acks(c, 0);
+    if (result.ok()) result = late;
+    resync.insert(rs.need_resync.begin(), rs.need_resync.end());
+  }
+  rs.need_resync.clear();
+  SPARROW_RETURN_IF_ERROR(send_resyncs(c, rs, src, op.seq, resync));
+  // The root's own receive buffer gets the data too (not in place).
+  for (auto& b : bufs)
+    if (b.recv && b.recv != b.send && b.count)
+      SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
+  CollState::PendingAck pa{op.seq, op.key, {}};
+  for (int r = 0; r < c.nranks(); ++r)
+    if (r != c.rank()) pa.ranks.push_back(r);
+  c.coll().acks.push_back(std::move(pa));
+  if (full) {
+    // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
+    Status agree = drain_acks(c, 0);
+    if (!agree.ok()) rs.enc->reset();  // the next call is a full snapshot again
+    SPARROW_RETURN_IF_ERROR(send_verdict(c, op.seq, agree));
+    if (result.ok()) result = agree;
+  }
+  auto& st = c.coll().stats;
   st.ops++;
-  st.dense_bytes = size_t(dense);
-  st.wire_bytes = wire;
-  uint64_t elems = 0;
-  for (auto& l : layout) elems += l.count;
-  st.density = elems ? double(st.changed) / double(elems) : 0;
-  st.encode_s = 0;
-  st.full = full_ck;
-  // A relay's forwarding is part of its call: once it returns, the caller may destroy the
-  // communicator, which must not cut its children off. (Handed to the kernel: usually done already.)
-  for (auto& r : reqs) {
-    Status s = r->wait(d);
-    if (!s.ok() && result.ok()) result = std::move(s).context("forwarding to this rank's children");
-  }
+  st.dense_bytes = es.dense_bytes;
+  st.wire_bytes = es.wire_bytes;
+  st.changed = es.changes;
+  st.density = es.density();
+  st.full = full;
+  st.encode_s = encode_s;
+  st.apply_s = 0;
   st.total_s = now_s() - t0;
   return result;
 }
 
-Status finish(Comm& c) { return drain_acks(c, 0); }
+Status no_stage_pending(Comm& c) {
+  if (c.coll().staged)
+    return Error(Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: call "
+                                      "sparrowStageCommit before the next collective");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
+  SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(c, bufs, root));
+  if (c.rank() == root) return sparse_root(c, bufs, root, op);
+  SparseReceiver rx(c, bufs, root, op.seq, op.layout, op.key, op.dense, op.tree.parent[c.rank()],
+                    op.tree.children[c.rank()], false);
+  Status r = rx.receive();
+  return rx.commit(std::move(r));
+}
+
+}  // namespace sparrow::coll
+
+namespace sparrow {
+// A staged receive: receive() runs on `worker`; commit() runs on the caller's thread afterwards.
+struct StagedOp {
+  std::unique_ptr<coll::SparseReceiver> rx;
+  std::thread worker;
+  std::atomic<bool> done{false};
+  Status received;  // receive()'s result, written before `done`
+  ~StagedOp() {
+    if (worker.joinable()) worker.join();
+  }
+};
+}  // namespace sparrow
+
+namespace sparrow::coll {
+
+Status sparse_stage(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  if (c.rank() == root) return sparse_bcast(c, bufs, root);
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
+  SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(c, bufs, root));
+  auto so = std::make_shared<StagedOp>();
+  so->rx = std::make_unique<SparseReceiver>(c, bufs, root, op.seq, op.layout, op.key, op.dense,
+                                            op.tree.parent[c.rank()], op.tree.children[c.rank()], true);
+  StagedOp* raw = so.get();
+  so->worker = std::thread([raw] {
+    raw->received = raw->rx->receive();
+    raw->done.store(true);
+  });
+  c.coll().staged = std::move(so);
+  return Status::Ok();
+}
+
+StageProgress stage_progress(Comm& c) {
+  StageProgress p;
+  auto& so = c.coll().staged;
+  if (!so) return p;
+  p.pending = true;
+  p.ready = so->done.load();
+  p.bytes_received = so->rx->bytes_received();
+  if (p.ready) p.staged_bytes = so->rx->staged_bytes();
+  return p;
+}
+
+Status stage_commit(Comm& c) {
+  auto so = std::move(c.coll().staged);
+  if (!so) return Status::Ok();  // nothing staged (the root, or no call)
+  so->worker.join();
+  return so->rx->commit(std::move(so->received));
+}
+
+Status finish(Comm& c) {
+  // A step still being staged: let it arrive (its receive is bounded by the timeout), then drop it.
+  if (auto so = std::move(c.coll().staged)) so->worker.join();
+  return drain_acks(c, 0);
+}
 
 Status sparse_reset(Comm& c, const void* buff) {
   auto& cs = c.coll();

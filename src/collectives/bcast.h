@@ -9,9 +9,11 @@
 //   sub n+2        the checkpoint footer (the end marker)
 //   kResyncSub     root -> rank: a full snapshot for a rank that fell out of step
 //   kAckSub        rank -> root: status of the operation on that rank (mismatch, resync needed, ...)
-// The root returns once everything is queued; it collects acknowledgements asynchronously (at its
-// later calls, with a window of kAckWindow operations in flight), except on the first, full
-// operation for a buffer set, where it waits for them so that a mismatched call fails everywhere.
+// The root returns once everything is queued; it collects the acknowledgements of earlier operations
+// after streaming each new one (a rank that refused one gets its snapshot in the new one), and waits
+// for the current operation's only on the first, full operation for a buffer set, so that a
+// mismatched call fails everywhere. Receivers acknowledge once a step is accepted (verified), before
+// writing it, so a staged step does not hold the root back.
 // A chunk is addressed by (seq, sub) and checked on its own, so a child can later re-attach to
 // another source and resume from the last chunk it verified.
 #pragma once
@@ -37,9 +39,25 @@ struct BufferArg {
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
 // One sparse operation over one or more buffers (a group): one checkpoint, one version step.
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root);
+// Staging (receivers): sparse_stage starts the operation and returns at once; a background thread
+// receives, forwards, verifies and decodes it without writing the receive buffers (which the caller
+// keeps reading, and must not write); stage_commit waits for it and writes (time proportional to the
+// changes). On the root, sparse_stage is sparse_bcast. One staged step per communicator at a time;
+// any other collective before the commit fails with kInvalidUsage.
+Status sparse_stage(Comm& c, const std::vector<BufferArg>& bufs, int root);
+struct StageProgress {
+  bool pending = false, ready = false;
+  uint64_t bytes_received = 0;  // checkpoint bytes received so far
+  uint64_t staged_bytes = 0;    // memory holding the staged changes (known once ready)
+};
+StageProgress stage_progress(Comm& c);
+Status stage_commit(Comm& c);
 // Waits (up to SPARROW_TIMEOUT_S) until every operation rooted here was acknowledged, so that a
-// root that destroys its communicator right after its last call does not cut that call short.
+// root that destroys its communicator right after its last call does not cut that call short. A
+// staged step not yet committed is received and dropped.
 Status finish(Comm& c);
+
+class SparseReceiver;  // bcast.cpp
 // Forgets the per-buffer state of `buff` on this rank (next operation on it is dense, or a resync).
 Status sparse_reset(Comm& c, const void* buff);
 

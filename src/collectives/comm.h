@@ -19,6 +19,8 @@
 
 namespace sparrow {
 
+struct StagedOp;  // a sparse operation a receiver is staging in the background (collectives/bcast.cpp)
+
 // Per-communicator state of the collectives (used by one thread at a time, like the communicator).
 struct CollState {
   using Key = std::vector<const void*>;  // the buffer(s) of an operation on this rank
@@ -43,6 +45,8 @@ struct CollState {
   std::map<Key, Recv> recvs;
   std::deque<PendingAck> acks;
   Status deferred;  // an asynchronous failure to report at the next call
+  // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
+  std::shared_ptr<StagedOp> staged;
   struct Stats {
     uint64_t ops = 0, resyncs = 0;
     uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;

@@ -2,6 +2,8 @@
 // the file named by SPARROW_DEBUG_FILE. Logging never fails an operation.
 #pragma once
 
+#include <string>
+
 #include <cstdarg>
 
 namespace sparrow::log {
@@ -10,6 +12,8 @@ enum class Level : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
 Level level();
 void set_level(Level l);  // tests and tools
+// SPARROW_DEBUG_FILE's pattern with %h (host name) and %p (process id) replaced.
+std::string expand_log_path(const std::string& pattern, const std::string& host, int pid);
 void write(Level l, const char* file, int line, const char* fmt, ...) __attribute__((format(printf, 4, 5)));
 
 }  // namespace sparrow::log

@@ -1,5 +1,7 @@
 #include "core/params.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -179,14 +181,27 @@ StringParam::StringParam(const char* name, const char* def, const char* doc, std
   for (const char* c : choices) choices_.emplace_back(c);
 }
 
+namespace {
+// Enumerated values are matched without regard to case (SPARROW_DEBUG=info, like NCCL_DEBUG).
+const std::string* find_choice(const std::vector<std::string>& choices, const std::string& t) {
+  for (auto& c : choices)
+    if (c.size() == t.size() && strncasecmp(c.c_str(), t.c_str(), c.size()) == 0) return &c;
+  return nullptr;
+}
+}  // namespace
+
 std::string StringParam::check(const std::string& t) const {
-  if (choices_.empty() || std::find(choices_.begin(), choices_.end(), t) != choices_.end()) return "";
+  if (choices_.empty() || find_choice(choices_, t)) return "";
   std::string msg = "must be one of";
   for (auto& c : choices_) msg += " " + c;
-  return msg;
+  return msg + " (any case)";
 }
 
-std::string StringParam::get() const { return text(); }
+std::string StringParam::get() const {
+  std::string t = text();
+  if (const std::string* c = find_choice(choices_, t)) return *c;  // the canonical spelling
+  return t;
+}
 
 std::vector<Info> all() {
   std::vector<ParamBase*> ps;

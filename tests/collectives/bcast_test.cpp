@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "api/api_internal.h"
 #include "core/params.h"
@@ -285,6 +287,135 @@ TEST_P(BcastTest, ScribbledReceiversNeverGetSuccessWithWrongBits) {
       if (refused[r]) EXPECT_EQ(rc[r], sparrowSuccess) << "the call after a refusal repairs: step " << step;
       refused[r] = rc[r] != sparrowSuccess;
     }
+  }
+}
+
+// Waits (bounded) until a staged step is ready.
+bool wait_ready(sparrowComm_t c) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int ready = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (sparrowStageQuery(c, &ready) != sparrowSuccess) return false;
+    if (ready) return true;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+// Stage while the old version stays readable, then commit: through relays (a chain), in a group,
+// over several steps; the buffers change only at the commit.
+TEST_P(BcastTest, StagedStepsLeaveTheBufferUntilCommit) {
+  ASSERT_TRUE(params::set_override("ALGO", "chain").ok());  // ranks 1 and 2 are relays
+  Comms cs(4);
+  const std::vector<size_t> counts = {300001, 4097, 70000};
+  std::vector<std::vector<uint16_t>> src(counts.size());
+  uint64_t seed = 3;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    src[k].resize(counts[k]);
+    for (auto& v : src[k]) v = uint16_t(test::rng_next(seed));
+  }
+  std::vector<std::vector<std::vector<uint16_t>>> dst(4);
+  for (int r = 0; r < 4; ++r)
+    for (size_t n : counts) dst[r].emplace_back(n, 0);
+  for (int step = 0; step < 4; ++step) {
+    if (step)
+      for (size_t k = 0; k < counts.size(); ++k) gen::mutate_exact(src[k].data(), counts[k], 2, 0.01, 50 + step * 7 + k);
+    auto before = dst;
+    std::vector<int> ready_after_stage(4, -1);
+    std::vector<sparrowStats> staged_stats(4);
+    auto rc = cs.run([&](int r) {
+      sparrowGroupStart();
+      for (size_t k = 0; k < counts.size(); ++k)
+        sparrowSparseBcastStage(src[k].data(), r == 0 ? nullptr : dst[r][k].data(), counts[k], sparrowBfloat16, 0,
+                                cs.c[r], nullptr);
+      sparrowResult_t g = sparrowGroupEnd();
+      if (g != sparrowSuccess) return g;
+      if (r == 0) return sparrowStageCommit(cs.c[r]);  // nothing staged on the root: success
+      // Still the previous version, while the step arrives and after it verified.
+      if (dst[r] != before[r]) return sparrowInternalError;
+      if (!wait_ready(cs.c[r])) return sparrowTimeout;
+      sparrowCommGetStats(cs.c[r], &staged_stats[r]);
+      if (dst[r] != before[r]) return sparrowInternalError;
+      // Any other collective now is refused, and does not disturb the staged step.
+      float x = 0;
+      if (sparrowBroadcast(&x, &x, 1, sparrowFloat32, 0, cs.c[r], nullptr) != sparrowInvalidUsage) return sparrowInternalError;
+      return sparrowStageCommit(cs.c[r]);
+    });
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(rc[r], sparrowSuccess) << "step " << step << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      if (r == 0) continue;
+      for (size_t k = 0; k < counts.size(); ++k) ASSERT_EQ(dst[r][k], src[k]) << "step " << step << " rank " << r;
+      EXPECT_EQ(staged_stats[r].stagePending, 1);
+      EXPECT_EQ(staged_stats[r].stageReady, 1);
+      EXPECT_GT(staged_stats[r].stageBytesReceived, 0u);
+      if (step) {
+        EXPECT_GT(staged_stats[r].stagedBytes, 0u);
+        EXPECT_LT(staged_stats[r].stagedBytes * 5, (counts[0] + counts[1] + counts[2]) * 2)
+            << "staging memory follows the changes, not the model";
+      }
+      sparrowStats after;
+      sparrowCommGetStats(cs.c[r], &after);
+      EXPECT_EQ(after.stagePending, 0);
+    }
+  }
+  // Blocking calls mix with staged ones.
+  gen::mutate_exact(src[0].data(), counts[0], 2, 0.01, 999);
+  auto rc = cs.run([&](int r) {
+    sparrowGroupStart();
+    for (size_t k = 0; k < counts.size(); ++k)
+      sparrowSparseBcast(src[k].data(), r == 0 ? nullptr : dst[r][k].data(), counts[k], sparrowBfloat16, 0, cs.c[r], nullptr);
+    return sparrowGroupEnd();
+  });
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << sparrowGetLastError(cs.c[r]);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(dst[r][0], src[0]);
+}
+
+// A buffer written to before a staged step: the commit refuses it untouched; the next call repairs.
+TEST_P(BcastTest, StagedStepOnAModifiedBufferIsRefusedAtCommit) {
+  Comms cs(3);
+  const size_t count = 100000;
+  std::vector<uint16_t> src(count, 7);
+  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
+  auto stage_step = [&](uint64_t seed) {
+    gen::mutate_exact(src.data(), count, 2, 0.01, seed);
+    return cs.run([&](int r) {
+      sparrowResult_t s = sparrowSparseBcastStage(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16,
+                                                  0, cs.c[r], nullptr);
+      return s != sparrowSuccess ? s : sparrowStageCommit(cs.c[r]);
+    });
+  };
+  for (auto x : stage_step(1)) ASSERT_EQ(x, sparrowSuccess);
+  size_t at = 0;
+  while (at < count && src[at] != 7) ++at;
+  dst[2][at] ^= 0x100;
+  auto scribbled = dst[2];
+  auto rc = stage_step(2);
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  EXPECT_EQ(rc[1], sparrowSuccess);
+  ASSERT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(cs.c[2]);
+  EXPECT_EQ(dst[2], scribbled);
+  rc = stage_step(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << sparrowGetLastError(cs.c[r]);
+  EXPECT_EQ(dst[1], src);
+  EXPECT_EQ(dst[2], src);
+}
+
+// A communicator destroyed or aborted with a step still staged neither hangs nor crashes.
+TEST_P(BcastTest, DestroyOrAbortWithAStagedStep) {
+  for (bool abort : {false, true}) {
+    auto cs = std::make_unique<Comms>(2);
+    std::vector<float> src(1000, 1.f), dst(1000, 0.f);
+    auto rc = cs->run([&](int r) {
+      return sparrowSparseBcastStage(src.data(), r == 0 ? nullptr : dst.data(), 1000, sparrowFloat32, 0, cs->c[r], nullptr);
+    });
+    ASSERT_EQ(rc[0], sparrowSuccess);
+    ASSERT_EQ(rc[1], sparrowSuccess);
+    if (abort) {
+      EXPECT_EQ(sparrowCommAbort(cs->c[1]), sparrowSuccess);
+      cs->c[1] = nullptr;
+    }
+    cs.reset();  // destroys the rest
+    EXPECT_EQ(dst[0], 0.f) << "never committed";
   }
 }
 

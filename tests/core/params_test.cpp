@@ -1,6 +1,8 @@
 #include "core/params.h"
 
 #include <gtest/gtest.h>
+
+#include "core/log.h"
 #include <stdlib.h>
 
 #include <cstdio>
@@ -51,7 +53,20 @@ TEST_F(ParamsTest, InvalidValueReportedByValidateAll) {
   Status s = validate_all();
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("SPARROW_TEST_CHOICE='zzz'"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("must be one of a b"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("must be one of a b (any case)"), std::string::npos) << s.message();
+}
+
+TEST_F(ParamsTest, EnumeratedValuesIgnoreCase) {
+  setenv("SPARROW_TEST_CHOICE", "B", 1);
+  clear_overrides();
+  EXPECT_EQ(kTestChoice.get(), "b") << "the canonical spelling";
+  EXPECT_TRUE(validate_all().ok());
+}
+
+TEST(LogPath, HostAndPidAreExpanded) {
+  EXPECT_EQ(log::expand_log_path("log.%h.%p", "node7", 1234), "log.node7.1234");
+  EXPECT_EQ(log::expand_log_path("plain%", "h", 1), "plain%");
+  EXPECT_EQ(log::expand_log_path("%x%%h", "h", 1), "%x%h");
 }
 
 TEST_F(ParamsTest, OverrideBeatsEnvironmentAndIsChecked) {

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <netinet/tcp.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +81,46 @@ int wait_all(std::vector<pid_t> pids) {
     }
   }
   return rc;
+}
+
+// The processes whose parent is this one: our children, and (as a child subreaper) the orphans of
+// what we started, e.g. daemons that detached (mpirun's orted).
+std::vector<pid_t> children_of_self() {
+  std::vector<pid_t> out;
+  const pid_t me = getpid();
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    size_t rp = stat.rfind(')');  // the command name may contain spaces and parentheses
+    if (rp == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (sscanf(stat.c_str() + rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == me) out.push_back(pid_t(pid));
+  }
+  closedir(d);
+  return out;
+}
+
+// Ends every process this run started that is still around (by PID: only our own descendants are
+// reparented to us), TERM first, KILL after a grace period, and reaps them.
+void end_descendants() {
+  for (int round = 0; round < 2; ++round) {
+    auto kids = children_of_self();
+    if (kids.empty()) return;
+    for (pid_t k : kids) kill(k, round == 0 ? SIGTERM : SIGKILL);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(round == 0 ? 3 : 10);
+    while (std::chrono::steady_clock::now() < until) {
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      if (children_of_self().empty()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
 }
 
 void print_counters(const Scenario& s, const std::vector<Counters>& c) {
@@ -142,12 +185,15 @@ int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stat
     if (!spawn_hosts(sc.hosts.size(), [&](int h) { return p.spawn(h, cmd); }, pids)) return 2;
   }
   int rc = wait_all(pids);
+  end_descendants();
   if (stats) print_counters(sc, p.counters());
   p.stop();
   return rc;
 }
 
 int cmd_run(int argc, char** argv) {
+  // Orphans of what this run starts (detached daemons) become our children, so that we can end them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (argc < 3) {
     usage(stderr);
     return 2;
@@ -230,6 +276,7 @@ int cmd_run(int argc, char** argv) {
     if (!spawn_hosts(e.hosts().size(), [&](int h) { return e.spawn(h, cmd); }, pids)) return 2;
   }
   int rc = wait_all(pids);
+  end_descendants();  // daemons the command left behind (inside the emulated hosts)
   if (stats) print_counters(e.scenario(), e.counters());
   e.stop();
   return rc;

@@ -135,6 +135,29 @@ Result<std::vector<uint8_t>> DeltaEncoder::encode_stream(std::span<const void* c
   return footer;
 }
 
+Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, int threads) {
+  if (base.size() != tensors_.size())
+    return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
+                           std::to_string(base.size()) + " buffers");
+  if (version == 0) return InvalidArgument("adopt: version 0 is reserved for 'never sent'");
+  reset();
+  const int th = threads > 0 ? threads : kernel_threads();
+  shadow_.resize(tensors_.size());
+  digests_.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
+    if (tensors_[t].count && !base[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
+    if (tensors_[t].count && is_device(device_ops(), base[t])) return InvalidArgument("adopt: host buffers only");
+    const uint8_t* p = static_cast<const uint8_t*>(base[t]);
+    shadow_[t].assign(p, p + tensors_[t].bytes());
+    digests_[t] = format::digest_tensor(uint32_t(t), p, tensors_[t].count, tensors_[t].elem_size(), th);
+  }
+  dshadow_.assign(tensors_.size(), nullptr);
+  version_ = version;
+  have_shadow_ = true;
+  return Status::Ok();
+}
+
 Result<std::vector<uint8_t>> DeltaEncoder::snapshot(std::span<const void* const> current, const EncodeOptions& opt) const {
   DeltaEncoder tmp(tensors_);
   tmp.version_ = version_ > 0 ? version_ - 1 : 0;
@@ -451,6 +474,8 @@ struct Staged {
   const uint8_t* dense = nullptr;  // dense chunks: the new bytes of the whole range
   uint64_t dig = 0;                // digest change of the chunk's range
   format::ChunkHeader h;
+  bool has_sum = false;            // `sum`: checksum of the block's new contents, computed ahead
+  uint64_t sum = 0;
 };
 
 struct StageScratch {
@@ -617,6 +642,10 @@ Status refresh_block_sums(const format::Header& h, const std::vector<Staged>& st
     const Staged& sg = staged[i];
     const uint32_t t = sg.h.tensor;
     const uint64_t b = sg.h.elem_begin / h.chunk_elems;
+    if (sg.has_sum) {  // computed while the chunk was staged
+      base[t][b] = sg.sum;
+      return;
+    }
     if (sg.dense) {  // the new bytes of the whole block are at hand
       base[t][b] = block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
       return;
@@ -693,9 +722,9 @@ Status chunk_context(Status e, const format::Header& h, const format::ChunkHeade
 
 // The acceptance predicate, then the writes. Nothing is written unless the digests match.
 // `base` carries base verification's findings (null: verification off, so block sums are not kept).
-Status commit(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
-              std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
-              const std::vector<uint8_t>& on_dev, int threads, BaseCheck* base) {
+// The acceptance predicate: the digests the staged chunks lead to must be the footer's.
+Status accept(const format::Header& h, const format::Footer& ft, const std::vector<Staged>& staged,
+              const ReceiverState& state) {
   const size_t nt = h.tensors.size();
   const bool full = h.full();
   std::vector<uint64_t> nd(nt, 0);
@@ -709,6 +738,13 @@ Status commit(const format::Header& h, const format::Footer& ft, std::vector<Sta
       return VersionMismatch(msg + " (the buffer differs from version " + std::to_string(h.base_version) + ")");
     }
   }
+  return Status::Ok();
+}
+
+// Writes accepted chunks and records the new version (and block sums when `base` is given).
+Status write_staged(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
+                    std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
+                    const std::vector<uint8_t>& on_dev, int threads, BaseCheck* base) {
   // Host writes cannot fail. Device writes can (a lost device): then the buffer is in an unknown
   // state, which the error says, and the receiver's version is dropped so that it gets resynchronised.
   std::vector<Status> werrs(staged.size());
@@ -740,6 +776,26 @@ Status commit(const format::Header& h, const format::Footer& ft, std::vector<Sta
     return Status::Ok();
   }
   return refresh_block_sums(h, staged, targets, dev, on_dev, std::move(base->sums), threads, state);
+}
+
+// The checksum of a staged chunk's block as it will be after the write (its current contents with the
+// changes applied, in scratch): so that committing needs no pass over the buffers afterwards.
+Status staged_block_sum(const format::Header& h, std::span<void* const> targets, DeviceOps* dev,
+                        const std::vector<uint8_t>& on_dev, StageScratch& s, Staged& sg) {
+  const uint32_t t = sg.h.tensor, es = h.tensors[t].elem_size;
+  const size_t bytes = size_t(sg.h.elem_count) * es;
+  if (sg.dense) {
+    sg.sum = block_sum(sg.dense, bytes);
+  } else {
+    size_t got = 0;
+    SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, host_block(h, targets, dev, on_dev, t, sg.h.elem_begin / h.chunk_elems,
+                                                          s.base, &got));
+    if (p != s.base.data()) s.base.assign(p, p + got);
+    scatter(s.base.data(), sg.pos.data(), sg.pos.size(), es, sg.vals.data());
+    sg.sum = block_sum(s.base.data(), bytes);
+  }
+  sg.has_sum = true;
+  return Status::Ok();
 }
 
 std::vector<uint8_t> device_mask(DeviceOps* dev, std::span<void* const> targets) {
@@ -777,8 +833,9 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
   for (size_t i = 0; i < nc; ++i)
     if (!errs[i].ok()) return chunk_context(std::move(errs[i]), h, cv.chunks[i].h, i);
   double t_wr0 = now_s();
-  SPARROW_RETURN_IF_ERROR(commit(h, cv.footer, staged, targets, state, dev, on_dev, threads,
-                                 opt.verify_base ? &base : nullptr));
+  SPARROW_RETURN_IF_ERROR(accept(h, cv.footer, staged, state));
+  SPARROW_RETURN_IF_ERROR(write_staged(h, cv.footer, staged, targets, state, dev, on_dev, threads,
+                                       opt.verify_base ? &base : nullptr));
   if (stats) {
     stats->verify_seconds = base.seconds;
     stats->chunks = nc;
@@ -811,9 +868,12 @@ struct ApplySession::Impl {
   StageScratch scratch;
   uint64_t wire = 0, changes = 0;
   double decode_s = 0;
-  // Base verification runs on its own thread from begin() to finish(), overlapped with the transfer.
+  // Base verification runs on its own thread from begin() to prepare(), overlapped with the transfer.
   std::thread verifier;
   BaseCheck base;
+  format::Footer footer;
+  bool prepared = false;
+  double verify_wait_s = 0, prepare_s = 0;
   ~Impl() {
     if (verifier.joinable()) verifier.join();
   }
@@ -851,59 +911,89 @@ Status ApplySession::begin(std::span<const uint8_t> header_frame) {
 }
 
 Status ApplySession::add_chunk(std::shared_ptr<const std::vector<uint8_t>> frame) {
+  std::span<const uint8_t> all(*frame);
+  return add_chunk(std::move(frame), all);
+}
+
+Status ApplySession::add_chunk(std::shared_ptr<const std::vector<uint8_t>> owner, std::span<const uint8_t> frame) {
   if (!im_->have_header) return CorruptData("checkpoint chunk before its header");
   const double t0 = now_s();
   size_t used = 0;
-  SPARROW_ASSIGN_OR_RETURN(format::ChunkView c, format::parse_chunk(*frame, im_->h, &used));
-  if (used != frame->size()) return CorruptData("trailing bytes after a checkpoint chunk");
+  SPARROW_ASSIGN_OR_RETURN(format::ChunkView c, format::parse_chunk(frame, im_->h, &used));
+  if (used != frame.size()) return CorruptData("trailing bytes after a checkpoint chunk");
   if (!im_->seen.insert({c.h.tensor, c.h.elem_begin}).second)
     return CorruptData("chunk of tensor " + std::to_string(c.h.tensor) + " at element " + std::to_string(c.h.elem_begin) +
                        " received twice");
   Staged sg;
   Status e = stage_chunk(im_->h, c, im_->targets, im_->dev, im_->on_dev, im_->scratch, sg);
+  if (e.ok() && im_->opt.verify_base && im_->opt.checksum_ahead) e = staged_block_sum(im_->h, im_->targets, im_->dev, im_->on_dev, im_->scratch, sg);
   if (!e.ok()) return chunk_context(std::move(e), im_->h, c.h, im_->staged.size());
   im_->staged.push_back(std::move(sg));
-  im_->frames.push_back(std::move(frame));
+  if (im_->frames.empty() || im_->frames.back() != owner) im_->frames.push_back(std::move(owner));
   im_->wire += used;
   im_->changes += c.h.change_count;
   im_->decode_s += now_s() - t0;
   return Status::Ok();
 }
 
-Status ApplySession::finish(std::span<const uint8_t> footer_frame, ApplyStats* stats) {
+Status ApplySession::prepare(std::span<const uint8_t> footer_frame) {
   if (!im_->have_header) return CorruptData("checkpoint footer without a header");
+  if (im_->prepared) return CorruptData("checkpoint footer received twice");
   const double t0 = now_s();
   size_t used = 0;
-  SPARROW_ASSIGN_OR_RETURN(format::Footer ft, format::parse_footer(footer_frame, im_->h, &used));
+  SPARROW_ASSIGN_OR_RETURN(im_->footer, format::parse_footer(footer_frame, im_->h, &used));
   if (used != footer_frame.size()) return CorruptData("trailing bytes after the checkpoint footer");
-  if (ft.chunk_count != im_->staged.size())
-    return CorruptData("footer counts " + std::to_string(ft.chunk_count) + " chunks, received " +
+  im_->wire += used;
+  if (im_->footer.chunk_count != im_->staged.size())
+    return CorruptData("footer counts " + std::to_string(im_->footer.chunk_count) + " chunks, received " +
                        std::to_string(im_->staged.size()));
   if (im_->h.full()) {
     uint64_t blocks = 0;
     for (uint32_t t = 0; t < im_->h.tensors.size(); ++t) blocks += im_->h.blocks(t);
     if (blocks != im_->staged.size()) return CorruptData("full snapshot is missing chunks");
   }
-  double verify_wait = 0;
   if (im_->verifier.joinable()) {
     const double tw = now_s();
     im_->verifier.join();
-    verify_wait = now_s() - tw;
+    im_->verify_wait_s = now_s() - tw;
     SPARROW_RETURN_IF_ERROR(base_verdict(im_->h, im_->base));
   }
-  SPARROW_RETURN_IF_ERROR(commit(im_->h, ft, im_->staged, im_->targets, *im_->state, im_->dev, im_->on_dev, im_->threads,
-                                 im_->opt.verify_base ? &im_->base : nullptr));
+  SPARROW_RETURN_IF_ERROR(accept(im_->h, im_->footer, im_->staged, *im_->state));
+  im_->prepare_s = now_s() - t0;
+  im_->prepared = true;
+  return Status::Ok();
+}
+
+Status ApplySession::commit(ApplyStats* stats) {
+  if (!im_->prepared) return Error(Code::kInvalidUsage, "commit of a checkpoint that was not prepared");
+  im_->prepared = false;
+  const double t0 = now_s();
+  SPARROW_RETURN_IF_ERROR(write_staged(im_->h, im_->footer, im_->staged, im_->targets, *im_->state, im_->dev,
+                                       im_->on_dev, im_->threads, im_->opt.verify_base ? &im_->base : nullptr));
   if (stats) {
-    stats->verify_seconds = im_->base.seconds;
-    stats->verify_wait_seconds = verify_wait;
     stats->chunks = im_->staged.size();
     stats->changes = im_->changes;
-    stats->wire_bytes = im_->wire + used;
+    stats->wire_bytes = im_->wire;
     stats->decode_seconds = im_->decode_s;
-    stats->write_seconds = now_s() - t0;
+    stats->write_seconds = now_s() - t0 + im_->prepare_s;
     stats->wall_seconds = stats->decode_seconds + stats->write_seconds;
+    stats->verify_seconds = im_->base.seconds;
+    stats->verify_wait_seconds = im_->verify_wait_s;
   }
   return Status::Ok();
+}
+
+Status ApplySession::finish(std::span<const uint8_t> footer_frame, ApplyStats* stats) {
+  SPARROW_RETURN_IF_ERROR(prepare(footer_frame));
+  return commit(stats);
+}
+
+size_t ApplySession::staged_bytes() const {
+  size_t n = 0;
+  for (auto& sg : im_->staged)
+    n += sg.dense ? size_t(sg.h.elem_count) * im_->h.tensors[sg.h.tensor].elem_size
+                  : sg.pos.size() * sizeof(uint32_t) + sg.vals.size();
+  return n;
 }
 
 }  // namespace sparrow::kernels::cpu

@@ -82,6 +82,9 @@ class DeltaEncoder {
   // resync); the encoder's state is unchanged. `current` must hold that version.
   Result<std::vector<uint8_t>> snapshot(std::span<const void* const> current, const EncodeOptions& opt = {}) const;
   void reset();
+  // Takes `base` (host buffers) as the last version produced, numbered `version`, without encoding
+  // it: the next encode() is the delta from it (how a step between two files on disk is made).
+  Status adopt(std::span<const void* const> base, uint64_t version, int threads = 0);
   bool has_state() const { return have_shadow_; }
   uint64_t version() const { return version_; }
   const std::vector<uint64_t>& digests() const { return digests_; }
@@ -125,6 +128,10 @@ struct ApplyOptions {
   // step does not change goes unnoticed. Costs one read of the targets, overlapped with the transfer
   // by ApplySession, and one checksum pass over the blocks a step writes.
   bool verify_base = default_verify_base();
+  // ApplySession: compute each written block's new checksum while staging (off the critical path
+  // after the last chunk, but a copy of each block) instead of hashing the written blocks after
+  // the writes. For staged steps, whose commit should only write.
+  bool checksum_ahead = false;
 };
 
 struct ApplyStats {
@@ -159,7 +166,16 @@ class ApplySession {
   ~ApplySession();
   Status begin(std::span<const uint8_t> header_frame);
   Status add_chunk(std::shared_ptr<const std::vector<uint8_t>> frame);  // kept until finish()
-  Status finish(std::span<const uint8_t> footer_frame, ApplyStats* stats = nullptr);
+  // A chunk frame inside a larger buffer (a whole checkpoint): `owner` is kept until finish().
+  Status add_chunk(std::shared_ptr<const std::vector<uint8_t>> owner, std::span<const uint8_t> frame);
+  Status finish(std::span<const uint8_t> footer_frame, ApplyStats* stats = nullptr);  // prepare + commit
+  // finish() in two steps, for staging: prepare() makes every check (footer, base verification, the
+  // resulting digests) and writes nothing; commit() then only writes (time proportional to the
+  // changes). Between the two the targets must not change; the state is updated by commit().
+  Status prepare(std::span<const uint8_t> footer_frame);
+  Status commit(ApplyStats* stats = nullptr);
+  // Memory held for the staged chunks (positions and values of sparse ones, frames of dense ones).
+  size_t staged_bytes() const;
 
  private:
   struct Impl;
