@@ -34,10 +34,31 @@ uint64_t digest_typed(uint32_t tensor, const uint8_t* p, uint64_t first, uint64_
   for (; i < count; ++i) a0 += element_hash(tensor, first + i, at<T>(p, i));
   return a0 + a1 + a2 + a3;
 }
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+
 }  // namespace
+
+uint64_t digest_range_scalar(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  switch (elem_size) {
+    case 1: return digest_typed<uint8_t>(tensor, p, first, count);
+    case 2: return digest_typed<uint16_t>(tensor, p, first, count);
+    case 4: return digest_typed<uint32_t>(tensor, p, first, count);
+    default: return digest_typed<uint64_t>(tensor, p, first, count);
+  }
+}
 
 uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
+  if (count >= 16 && first + count < (uint64_t(1) << 40) && have_avx2()) {
+    switch (elem_size) {
+      case 1: case 2: case 4: case 8: return digest_range_avx2(tensor, p, first, count, elem_size);
+    }
+  }
   switch (elem_size) {
     case 1: return digest_typed<uint8_t>(tensor, p, first, count);
     case 2: return digest_typed<uint16_t>(tensor, p, first, count);

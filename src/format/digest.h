@@ -56,6 +56,10 @@ inline void store_elem(uint8_t* p, uint32_t elem_size, uint64_t v) { __builtin_m
 
 // Sum of H over elements [first, first+count) of a tensor; `data` points at element `first`.
 uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size);
+// The portable implementation (digest_range uses AVX2 where the CPU has it; the results are equal).
+uint64_t digest_range_scalar(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size);
+// The AVX2 implementation behind digest_range (index + count < 2^40; the CPU must have AVX2).
+uint64_t digest_range_avx2(uint32_t tensor, const uint8_t* p, uint64_t first, uint64_t count, uint32_t elem_size);
 // Digest of a whole tensor, computed on `threads` threads.
 uint64_t digest_tensor(uint32_t tensor, const void* data, uint64_t count, uint32_t elem_size, int threads);
 

@@ -19,6 +19,20 @@ TEST(Digest, RangeSumsEqualWholeAndThreadsDoNotMatter) {
   }
 }
 
+TEST(Digest, VectorPathEqualsScalarForEverySizeOffsetAndTensor) {
+  uint64_t seed = 11;
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    auto buf = test::random_bytes(5000 * es, es + 40);
+    for (int trial = 0; trial < 40; ++trial) {
+      uint64_t off = test::rng_next(seed) % 4000, n = test::rng_next(seed) % 1000;
+      uint32_t t = uint32_t(test::rng_next(seed) % 300);
+      uint64_t first = trial % 3 == 0 ? (uint64_t(1) << 39) + off : off;  // large indices too
+      EXPECT_EQ(digest_range(t, buf.data() + off * es, first, n, es), digest_range_scalar(t, buf.data() + off * es, first, n, es))
+          << "es " << es << " first " << first << " n " << n << " tensor " << t;
+    }
+  }
+}
+
 TEST(Digest, IncrementalUpdateMatchesRecomputation) {
   const uint64_t n = 10000;
   auto buf = test::random_bytes(n * 2, 7);
