@@ -98,20 +98,31 @@ TEST_P(BcastTest, DenseGroupIsOneOperationAndAMismatchFailsEveryRank) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(rc[r], sparrowInvalidUsage) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
 }
 
-TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
+// A scaled Qwen3 model's realistic steps, and zeroed receive buffers of its layout for n ranks.
+std::unique_ptr<gen::UpdateGenerator> small_model(int64_t vocab) {
   gen::GenOptions go;
   go.model = "qwen3-0.6b";
   go.layers = 1;
-  go.vocab = 2048;
+  go.vocab = vocab;
   auto gr = gen::UpdateGenerator::create(go);
-  ASSERT_TRUE(gr.ok());
-  auto& g = *gr.value();
-  const int n = 5, root = 3;
-  Comms cs(n);
-  const auto& ts = g.tensors();
+  EXPECT_TRUE(gr.ok()) << gr.status().to_string();
+  return gr.ok() ? std::move(gr.value()) : nullptr;
+}
+std::vector<std::vector<std::vector<uint8_t>>> zeroed(int n, const std::vector<kernels::cpu::TensorSpec>& ts) {
   std::vector<std::vector<std::vector<uint8_t>>> recv(n);
   for (int r = 0; r < n; ++r)
     for (auto& t : ts) recv[r].emplace_back(t.bytes(), 0);
+  return recv;
+}
+
+TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
+  auto gp = small_model(2048);
+  ASSERT_TRUE(gp);
+  auto& g = *gp;
+  const int n = 5, root = 3;
+  Comms cs(n);
+  const auto& ts = g.tensors();
+  auto recv = zeroed(n, ts);
   for (int step = 0; step < 6; ++step) {
     if (step > 0) g.step();
     auto src = g.buffers();
@@ -220,19 +231,13 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCal
 // unless that rank's every tensor equals the root's, bit for bit; a refused rank is untouched and the
 // next call repairs it.
 TEST_P(BcastTest, ScribbledReceiversNeverGetSuccessWithWrongBits) {
-  gen::GenOptions go;
-  go.model = "qwen3-0.6b";
-  go.layers = 1;
-  go.vocab = 1024;
-  auto gr = gen::UpdateGenerator::create(go);
-  ASSERT_TRUE(gr.ok());
-  auto& g = *gr.value();
+  auto gp = small_model(1024);
+  ASSERT_TRUE(gp);
+  auto& g = *gp;
   const int n = 4, root = 0;
   Comms cs(n);
   const auto& ts = g.tensors();
-  std::vector<std::vector<std::vector<uint8_t>>> recv(n);
-  for (int r = 0; r < n; ++r)
-    for (auto& t : ts) recv[r].emplace_back(t.bytes(), 0);
+  auto recv = zeroed(n, ts);
   auto snapshot_root = [&] {
     std::vector<std::vector<uint8_t>> v;
     auto b = g.buffers();

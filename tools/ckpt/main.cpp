@@ -284,6 +284,21 @@ Result<format::StepFile> load_step(const std::string& path) {
   return f;
 }
 
+// A step file with its checkpoint parsed (every checksum and structural rule); the view points into
+// `file.payload`, whose heap buffer stays put when the struct moves.
+struct ParsedStep {
+  format::StepFile file;
+  format::CheckpointView cv;
+};
+Result<ParsedStep> parse_step(const std::string& path) {
+  ParsedStep p;
+  SPARROW_ASSIGN_OR_RETURN(p.file, load_step(path));
+  auto cv = format::parse_checkpoint(p.file.payload);
+  if (!cv.ok()) return in_context(cv.status(), path);
+  p.cv = std::move(cv.value());
+  return p;
+}
+
 // Applies `steps` in order to `bufs` (copies of the base); the first step's base version is taken
 // as the base's, after its content digests are computed from the buffers themselves.
 Status apply_chain(const Args& a, std::vector<TensorSpec>& layout, std::vector<std::vector<uint8_t>>& bufs,
@@ -342,10 +357,10 @@ int cmd_apply(const Args& a) {
 }
 
 int cmd_inspect(const Args& a) {
-  auto f = load_step(a.files[0]);
-  if (!f.ok()) return fail(f.status());
-  auto cv = format::parse_checkpoint(f->payload);
-  if (!cv.ok()) return fail(in_context(cv.status(), a.files[0]));
+  auto ps = parse_step(a.files[0]);
+  if (!ps.ok()) return fail(ps.status());
+  const format::StepFile* f = &ps->file;
+  const format::CheckpointView* cv = &ps->cv;
   const auto& h = cv->header;
   struct Per { uint64_t chunks = 0, changes = 0, bytes = 0; };
   std::vector<Per> per(h.tensors.size());
@@ -411,12 +426,10 @@ int cmd_inspect(const Args& a) {
 }
 
 int cmd_verify(const Args& a) {
-  auto f = load_step(a.files[0]);
-  if (!f.ok()) return fail(f.status());
-  auto cv = format::parse_checkpoint(f->payload);
-  if (!cv.ok()) return fail(in_context(cv.status(), a.files[0]));
+  auto ps = parse_step(a.files[0]);
+  if (!ps.ok()) return fail(ps.status());
   printf("%s: container and checkpoint valid (%zu chunks, every checksum and structural rule checked)\n",
-         a.files[0].c_str(), cv->chunks.size());
+         a.files[0].c_str(), ps->cv.chunks.size());
   if (a.base.empty()) return kOk;
   auto basef = load(a, a.base);
   if (!basef.ok()) return fail(basef.status());
