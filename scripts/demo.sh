@@ -8,5 +8,14 @@ bash scripts/build.sh --target sparrow-codec-demo sparrow-weight-sync wanemu
 echo "== 1. the sparse delta checkpoint codec (one process)"
 build/bin/sparrow-codec-demo --layers 1 --vocab 4096 --steps 3
 echo
-echo "== 2. weight sync across regions"
+if cmake --build build --target help | grep -q '_sparrow'; then
+  bash scripts/build.sh --target _sparrow
+  echo "== 2. PyTorch: a trainer taking real AdamW steps and 3 rollout workers, through the Python module"
+  py=$(cat build/python/PYTHON 2>/dev/null || true)  # the interpreter the module was built for
+  SPARROW_SOCKET_IFNAME=lo PYTHONPATH=build/python "${py:-python3}" examples/python/rl_weight_sync.py --workers 3 --steps 4
+else
+  echo "== 2. (skipped: the Python module was not built; scripts/setup.sh installs pybind11 and PyTorch)"
+fi
+echo
+echo "== 3. weight sync across regions"
 exec bash scripts/weight-sync-demo.sh "$@"
