@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/args.h"
 #include "gen/generator.h"
 #include "kernels/cpu/delta.h"
 
@@ -26,16 +27,18 @@ int main(int argc, char** argv) {
   int steps = 5;
   static option longopts[] = {{"model", 1, 0, 'm'}, {"layers", 1, 0, 'l'}, {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  const char* P = "sparrow-codec-demo";
+  opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1;) {
     switch (c) {
       case 'm': go.model = optarg; break;
-      case 'l': go.layers = atoll(optarg); break;
-      case 'v': go.vocab = atoll(optarg); break;
-      case 's': steps = atoi(optarg); break;
+      case 'l': go.layers = args::integer(P, "--layers", optarg, 1, 1000); break;
+      case 'v': go.vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
+      case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
       case 'h':
         printf("usage: sparrow-codec-demo [--model qwen3-8b] [--layers 1] [--vocab 18992] [--steps 5]\n");
         return 0;
-      default: return 2;
+      default: args::unknown(P, argv[optind - 1]);
     }
   }
   if (steps < 1 || go.layers < 0) {

@@ -57,8 +57,14 @@ static void* rank_main(void* arg) {
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   pthread_t t[NRANKS];
+  if (argc > 1) {
+    int help = strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0;
+    fprintf(help ? stdout : stderr, "%susage: sparrow-hello  (no options: four ranks as threads of this process, a dense "
+            "first version and sparse updates)\n", help ? "" : "sparrow-hello: takes no arguments\n");
+    return help ? 0 : 2;
+  }
   if (sparrowGetUniqueId(&g_id) != sparrowSuccess) {
     fprintf(stderr, "sparrowGetUniqueId: %s\n", sparrowGetLastError(NULL));
     return 1;

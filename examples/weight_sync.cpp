@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/args.h"
 #include "bench/coll/mpi_timing.h"
 #include "gen/generator.h"
 #include "sparrow/sparrow.h"
@@ -35,16 +36,18 @@ int main(int argc, char** argv) {
   int steps = 10;
   static option longopts[] = {{"model", 1, 0, 'm'}, {"layers", 1, 0, 'l'}, {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  const char* P = "sparrow-weight-sync";
+  opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1;) {
     switch (c) {
       case 'm': model = optarg; break;
-      case 'l': layers = atoll(optarg); break;
-      case 'v': vocab = atoll(optarg); break;
-      case 's': steps = atoi(optarg); break;
+      case 'l': layers = args::integer(P, "--layers", optarg, 1, 1000); break;
+      case 'v': vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
+      case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
       case 'h':
         printf("usage: mpirun -np N sparrow-weight-sync [--model qwen3-4b] [--layers 1] [--vocab 1024] [--steps 10]\n");
         return 0;
-      default: return 2;
+      default: args::unknown(P, argv[optind - 1]);
     }
   }
   MPI_Init(&argc, &argv);

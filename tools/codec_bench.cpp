@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/args.h"
 #include "core/parallel.h"
 #include "gen/generator.h"
 #include "kernels/cpu/delta.h"
@@ -29,7 +30,7 @@ void usage(FILE* f) {
   fprintf(f,
           "usage: sparrow-codec-bench [options]\n"
           "  --model NAME|PATH   model shape (qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b or a config.json) [qwen3-8b]\n"
-          "  --layers N          decoder layers kept (scale-down to fit memory) [1]\n"
+          "  --layers N          decoder layers kept (scale-down to fit memory), 1..1000 [1]\n"
           "  --vocab N           embedding rows kept (0: the model's; default: vocab/8)\n"
           "  --steps N           RL steps measured after the first (dense) version [3]\n"
           "  --lr X              learning rate of the Adam step [1e-6]\n"
@@ -78,29 +79,22 @@ int main(int argc, char** argv) {
                               {"chunk-elems", 1, 0, 'c'},   {"encode-threads", 1, 0, 'e'}, {"apply-threads", 1, 0, 'a'},
                               {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
   int c;
-  auto num = [](const char* s, const char* what) {
-    char* end;
-    double v = strtod(s, &end);
-    if (*end || end == s) {
-      fprintf(stderr, "sparrow-codec-bench: %s: not a number: '%s'\n", what, s);
-      exit(2);
-    }
-    return v;
-  };
+  const char* P = "sparrow-codec-bench";
+  opterr = 0;  // our own one-line messages
   while ((c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1) {
     switch (c) {
       case 'm': go.model = optarg; break;
-      case 'l': go.layers = int64_t(num(optarg, "--layers")); break;
-      case 'v': go.vocab = int64_t(num(optarg, "--vocab")); break;
-      case 's': steps = int(num(optarg, "--steps")); break;
-      case 'r': go.lr = num(optarg, "--lr"); break;
-      case 'S': go.seed = uint64_t(num(optarg, "--seed")); break;
-      case 'c': eo.chunk_elems = uint32_t(num(optarg, "--chunk-elems")); break;
-      case 'e': eo.threads = int(num(optarg, "--encode-threads")); break;
-      case 'a': ao.threads = int(num(optarg, "--apply-threads")); break;
+      case 'l': go.layers = args::integer(P, "--layers", optarg, 1, 1000); break;
+      case 'v': go.vocab = args::integer(P, "--vocab", optarg, 0, 1 << 24); break;
+      case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
+      case 'r': go.lr = args::number(P, "--lr", optarg, 1e-12, 1); break;
+      case 'S': go.seed = uint64_t(args::integer(P, "--seed", optarg, 0, INT64_MAX)); break;
+      case 'c': eo.chunk_elems = uint32_t(args::integer(P, "--chunk-elems", optarg, 1024, 1 << 30)); break;
+      case 'e': eo.threads = int(args::integer(P, "--encode-threads", optarg, 1, 1024)); break;
+      case 'a': ao.threads = int(args::integer(P, "--apply-threads", optarg, 1, 1024)); break;
       case 'j': json = true; break;
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default: args::unknown(P, argv[optind - 1]);
     }
   }
   if (optind < argc || steps < 1 || go.layers < 0) {

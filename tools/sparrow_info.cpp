@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/args.h"
 #include "api/api_internal.h"
 #include "core/params.h"
 #include "core/strings.h"
@@ -23,6 +24,7 @@ static void usage(FILE* f) {
           "  -t, --transports  transport backends by priority, and the one SPARROW_TRANSPORT selects\n"
           "  --probe [N]       start N ranks (default 4) in this process on this host and print the\n"
           "                    RTT/bandwidth table measured at communicator creation (SPARROW_PROBE_MS)\n"
+          "  --probe N: 2..64; --tree N: 1..4096 ranks\n"
           "  --tree [N]        the broadcast tree SPARROW_ALGO picks for N ranks (default 8), with\n"
           "                    --root R, --regions a,a,b,b,... --hosts h0,h0,h1,... --bytes M (message size)\n"
           "                    --rtt-ms x,y,... and --gbps x,y,... (root -> rank; default: unmeasured)\n");
@@ -57,40 +59,49 @@ static int probe(int n) {
   return 0;
 }
 
+constexpr const char* P = "sparrow-info";
+
+// Whether argv[i] is the optional number after --probe/--tree (a negative number is one, to be refused).
+bool value_at(int argc, char** argv, int i) {
+  return i < argc && (argv[i][0] != '-' || (argv[i][1] >= '0' && argv[i][1] <= '9'));
+}
+
+// Per-rank numbers of a comma list (--rtt-ms, --gbps): each validated, as many as ranks or none.
+std::vector<double> per_rank(const char* flag, const std::vector<std::string>& v, int nranks, double lo, double hi) {
+  std::vector<double> out;
+  if (v.empty()) return out;
+  if (int(v.size()) != nranks)
+    args::bad(P, flag, "", "one value per rank (" + std::to_string(nranks) + "), got " + std::to_string(v.size()));
+  for (auto& x : v) out.push_back(args::number(P, flag, x.c_str(), lo, hi));
+  return out;
+}
+
 static int tree(int argc, char** argv, int i) {
   topology::TreeInput in;
-  in.nranks = (i + 1 < argc && argv[i + 1][0] != '-') ? atoi(argv[++i]) : 8;
+  in.nranks = value_at(argc, argv, i + 1) ? int(args::integer(P, "--tree", argv[++i], 1, 4096)) : 8;
   in.message_bytes = 1e8;
   std::vector<std::string> regions, hosts, rtts, gbps;
-  for (++i; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
-    if (k == "--root") in.root = atoi(v.c_str());
+  for (++i; i < argc; i += 2) {
+    std::string k = argv[i];
+    if (i + 1 >= argc) args::unknown(P, argv[i]);
+    const char* v = argv[i + 1];
+    if (k == "--root") in.root = int(args::integer(P, "--root", v, 0, in.nranks - 1));
     else if (k == "--regions") regions = split(v);
     else if (k == "--hosts") hosts = split(v);
-    else if (k == "--bytes") {
-      char* end = nullptr;
-      double b = strtod(v.c_str(), &end);
-      if (end && (*end == 'K' || *end == 'k')) b *= 1024;
-      else if (end && (*end == 'M' || *end == 'm')) b *= 1024 * 1024;
-      else if (end && (*end == 'G' || *end == 'g')) b *= 1024.0 * 1024 * 1024;
-      in.message_bytes = b;
-    }
+    else if (k == "--bytes") in.message_bytes = double(args::size(P, "--bytes", v, 1, uint64_t(1) << 44));
     else if (k == "--rtt-ms") rtts = split(v);
     else if (k == "--gbps") gbps = split(v);
-    else {
-      fprintf(stderr, "sparrow-info: unknown --tree option '%s'\n", k.c_str());
-      return 2;
-    }
+    else args::unknown(P, argv[i]);
   }
-  if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) {
-    fprintf(stderr, "sparrow-info: --tree needs 1 <= ranks and 0 <= root < ranks\n");
-    return 2;
-  }
+  for (auto [flag, list] : {std::pair{"--regions", &regions}, std::pair{"--hosts", &hosts}})
+    if (!list->empty() && int(list->size()) != in.nranks)
+      args::bad(P, flag, "", "one name per rank (" + std::to_string(in.nranks) + "), got " + std::to_string(list->size()));
+  auto rtt = per_rank("--rtt-ms", rtts, in.nranks, 0, 1e6);
+  auto bw = per_rank("--gbps", gbps, in.nranks, 1e-6, 1e6);
   for (int r = 0; r < in.nranks; ++r) {
-    in.places.push_back({r < int(hosts.size()) ? hosts[r] : "host" + std::to_string(r),
-                         r < int(regions.size()) ? regions[r] : ""});
-    in.rtt_s.push_back(r < int(rtts.size()) ? atof(rtts[r].c_str()) / 1e3 : -1);
-    in.bw_Bps.push_back(r < int(gbps.size()) ? atof(gbps[r].c_str()) * 1e9 / 8 : -1);
+    in.places.push_back({hosts.empty() ? "host" + std::to_string(r) : hosts[r], regions.empty() ? "" : regions[r]});
+    in.rtt_s.push_back(rtt.empty() ? -1 : rtt[r] / 1e3);
+    in.bw_Bps.push_back(bw.empty() ? -1 : bw[r] * 1e9 / 8);
   }
   for (const auto& a : topology::algorithms()) {
     auto t = topology::build_tree(a, in);
@@ -110,7 +121,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--tree")) return tree(argc, argv, i);
     if (!strcmp(argv[i], "--probe")) {
-      int n = (i + 1 < argc && argv[i + 1][0] != '-') ? atoi(argv[++i]) : 4;
+      int n = value_at(argc, argv, i + 1) ? int(args::integer(P, "--probe", argv[++i], 2, 64)) : 4;
       return probe(n);
     }
     if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--transports")) {
@@ -122,7 +133,7 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) config = true;
     else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--version")) version = true;
     else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-    else { fprintf(stderr, "sparrow-info: unknown option '%s'\n", argv[i]); usage(stderr); return 2; }
+    else args::unknown(P, argv[i]);
   }
   if (version) {
     int v = 0;

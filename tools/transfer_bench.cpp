@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/api_internal.h"
+#include "core/args.h"
 #include "core/params.h"
 #include "transport/net.h"
 #include "sparrow/sparrow.h"
@@ -29,19 +30,9 @@ using transport::Payload;
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+constexpr const char* kProg = "sparrow-transfer-bench";
 
-int64_t parse_size(const char* s) {
-  char* end;
-  double v = strtod(s, &end);
-  std::string suf = end;
-  double mul = suf == "K" || suf == "k" ? 1024.0 : suf == "M" || suf == "m" ? 1048576.0 : suf == "G" || suf == "g" ? 1073741824.0 : 1.0;
-  if (end == s || (!suf.empty() && mul == 1.0)) {
-    fprintf(stderr, "sparrow-transfer-bench: bad size '%s'\n", s);
-    exit(2);
-  }
-  return int64_t(v * mul);
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Runs rank `rank` of the 2-rank benchmark; rank 0 returns the Gbit/s of each repetition.
 std::vector<double> run_rank(int rank, const sparrowUniqueId& id, size_t bytes, int reps) {
@@ -136,20 +127,27 @@ int main(int argc, char** argv) {
   static option longopts[] = {{"bytes", 1, 0, 'b'}, {"transport", 1, 0, 't'}, {"streams", 1, 0, 's'},
                               {"reps", 1, 0, 'r'},  {"no-iperf3", 0, 0, 'n'},  {"json", 0, 0, 'j'},
                               {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+  opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1;) {
     switch (c) {
-      case 'b': bytes = size_t(parse_size(optarg)); break;
-      case 't': transport = optarg; break;
-      case 's': streams = atoi(optarg); break;
-      case 'r': reps = std::max(1, atoi(optarg)); break;
+      case 'b': bytes = size_t(args::size(kProg, "--bytes", optarg, 1, uint64_t(1) << 36)); break;
+      case 't': transport = args::choice(kProg, "--transport", optarg, {"tcp", "ucx", "loopback"}); break;
+      case 's': streams = int(args::integer(kProg, "--streams", optarg, 1, 64)); break;
+      case 'r': reps = int(args::integer(kProg, "--reps", optarg, 1, 1000)); break;
       case 'n': with_iperf = false; break;
       case 'j': json = true; break;
       case 'h':
         printf("usage: sparrow-transfer-bench [--bytes 1G] [--transport tcp|ucx] [--streams N] [--reps 3] [--no-iperf3] [--json]\n"
                "Sends --bytes from rank 0 to rank 1 (two processes on this host, loopback unless\n"
-               "SPARROW_SOCKET_IFNAME says otherwise) and compares with iperf3 in the same run.\n");
+               "SPARROW_SOCKET_IFNAME says otherwise) and compares with iperf3 in the same run.\n"
+               "  --bytes SIZE       bytes per transfer, 1..64G, suffixes K M G (default 1G)\n"
+               "  --transport NAME   tcp, ucx or loopback (default: SPARROW_TRANSPORT, else tcp)\n"
+               "  --streams N        parallel streams, 1..64 (default: SPARROW_NSTREAMS, 4)\n"
+               "  --reps N           repetitions, 1..1000 (default 3)\n"
+               "  --no-iperf3        skip the iperf3 comparison\n"
+               "  --json             one JSON object\n");
         return 0;
-      default: return 2;
+      default: args::unknown(kProg, argv[optind - 1]);
     }
   }
   setenv("SPARROW_SOCKET_IFNAME", getenv("SPARROW_SOCKET_IFNAME") ? getenv("SPARROW_SOCKET_IFNAME") : "lo", 1);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/coll/mpi_timing.h"
+#include "core/args.h"
 #include "format/checkpoint.h"
 #include "gen/generator.h"
 #include "sparrow/sparrow.h"
@@ -64,15 +65,6 @@ MPI_Datatype mpi_type(int dt) {
   }
 }
 
-double parse_size(const char* s) {
-  char* e;
-  double v = strtod(s, &e);
-  if (*e == 'K' || *e == 'k') v *= 1024;
-  else if (*e == 'M' || *e == 'm') v *= 1048576;
-  else if (*e == 'G' || *e == 'g') v *= 1073741824;
-  return v;
-}
-
 struct Bound {
   bool known = false;
   double uplink_Bps = 0, delay_s = 0;
@@ -109,42 +101,57 @@ int main(int argc, char** argv) {
   static option longopts[] = {{"impl", 1, 0, 'I'}, {"stage", 0, 0, 'G'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
                               {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
                               {"density", 1, 0, 'D'}, {0, 0, 0, 0}};
+  const char* prog = o.sparse ? "sparse_bcast_perf" : "broadcast_perf";
+  bool got_e = false;
+  opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "b:e:f:n:w:c:r:d:D:h", longopts, nullptr)) != -1;) {
     switch (c) {
-      case 'b': o.minb = size_t(parse_size(optarg)); break;
-      case 'e': o.maxb = size_t(parse_size(optarg)); break;
-      case 'f': o.factor = atof(optarg); break;
-      case 'n': o.iters = atoi(optarg); break;
-      case 'w': o.warmup = atoi(optarg); break;
-      case 'c': o.check = atoi(optarg) != 0; break;
-      case 'r': o.root = atoi(optarg); break;
+      case 'b': o.minb = size_t(args::size(prog, "-b", optarg, 1, uint64_t(1) << 40)); break;
+      case 'e': o.maxb = size_t(args::size(prog, "-e", optarg, 1, uint64_t(1) << 40)); got_e = true; break;
+      case 'f': o.factor = args::number(prog, "-f", optarg, 1.01, 1e6); break;
+      case 'n': o.iters = int(args::integer(prog, "-n/--steps", optarg, 1, 1000000)); break;
+      case 'w': o.warmup = int(args::integer(prog, "-w", optarg, 0, 1000000)); break;
+      case 'c': o.check = args::integer(prog, "-c", optarg, 0, 1) != 0; break;
+      case 'r': o.root = int(args::integer(prog, "-r", optarg, 0, 1 << 20)); break;
       case 'd': {
         o.dtype = -1;
         for (int t = 0; t < 10; ++t)
           if (!strcmp(optarg, kTypes[t])) o.dtype = t;
-        if (o.dtype < 0) {
-          fprintf(stderr, "unknown datatype %s\n", optarg);
-          return 2;
-        }
+        if (o.dtype < 0)
+          args::bad(prog, "-d", optarg, "a datatype: int8, uint8, int32, uint32, int64, uint64, float16, float32, "
+                                        "float64, bfloat16");
         break;
       }
-      case 'D': o.density = atof(optarg); break;
-      case 'I': o.impl = optarg; break;
+      case 'D': o.density = args::number(prog, "-D/--density", optarg, 0, 1); break;
+      case 'I': o.impl = args::choice(prog, "--impl", optarg, {"sparrow", "paper", "dense", "mpi"}); break;
       case 'G': o.stage = true; break;
       case 'M': o.model = optarg; break;
-      case 'L': o.layers = atoll(optarg); break;
-      case 'V': o.vocab = atoll(optarg); break;
+      case 'L': o.layers = args::integer(prog, "--layers", optarg, 1, 1000); break;
+      case 'V': o.vocab = args::integer(prog, "--vocab", optarg, 1, 1 << 24); break;
       case 'J': o.json = true; break;
       case 'S': o.scenario = optarg; break;
       case 'h':
         printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
                "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
-               "          [--scenario FILE] [--json] [--stage]\n  --stage  receivers stage each step and commit it once ready; the commit is timed on its own\nRun under mpirun (or scripts/wanemu-mpirun.sh).\n",
+               "          [--scenario FILE] [--json] [--stage]\n"
+               "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
+               "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
+               "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
+               "  --impl NAME     sparrow, paper (SparrowRL's format, tree, one stream), dense, mpi (MPI_Bcast)\n"
+               "  --model NAME    realistic RL steps of data/models/NAME.json, --layers N (1), --vocab N (2048)\n"
+               "  --scenario FILE wanemu scenario for the lower bound (default $WANEMU_SCENARIO)\n"
+               "  --stage         receivers stage each step and commit it once ready; the commit is timed on its own\n"
+               "  --json          one JSON object per row\n"
+               "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
                argv[0]);
         return 0;
-      default: return 2;
+      default: args::unknown(prog, argv[optind - 1]);
     }
   }
+  if (!got_e && o.minb > o.maxb) o.maxb = o.minb;  // -b alone: one size
+  if (o.minb > o.maxb) args::bad(prog, "-e", std::to_string(o.maxb).c_str(), "a size >= -b (" + std::to_string(o.minb) + ")");
+  if (!o.scenario.empty() && access(o.scenario.c_str(), R_OK) != 0)
+    args::bad(prog, "--scenario", o.scenario.c_str(), "a readable scenario file");
   if (o.scenario.empty() && getenv("WANEMU_SCENARIO")) o.scenario = getenv("WANEMU_SCENARIO");
   if (o.impl == "paper") {
     // SparrowRL's design: its format, one stream, the static two-level tree.
@@ -156,9 +163,8 @@ int main(int argc, char** argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (o.root < 0 || o.root >= n || o.factor <= 1 || o.iters < 1 ||
-      (o.impl != "sparrow" && o.impl != "paper" && o.impl != "dense" && o.impl != "mpi")) {
-    if (rank == 0) fprintf(stderr, "bad arguments (see --help)\n");
+  if (o.root >= n) {
+    if (rank == 0) fprintf(stderr, "%s: -r '%d': expected a rank in 0..%d\n", prog, o.root, n - 1);
     MPI_Finalize();
     return 2;
   }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every tool with a table of bad arguments: each must exit 2 (usage) with a one-line error naming the
+# flag, never run with a replaced value, abort or hang.   bad_args_test.sh BUILD_BIN_DIR
+set -uo pipefail
+bin=$1
+pass=0
+fail=0
+export SPARROW_SOCKET_IFNAME=lo SPARROW_PROBE_MS=0
+check() {  # check EXPECTED_SUBSTRING TOOL ARGS...
+  local want=$1
+  shift
+  local out rc
+  out=$(timeout 60 "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ $rc -eq 2 ] && grep -qF -- "$want" <<<"$out" && [ "$(wc -l <<<"$out")" -le 3 ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL (rc $rc): $* -> $out"
+  fi
+}
+check "--bytes '-5'" "$bin/sparrow-transfer-bench" --bytes -5
+check "--bytes '12Q'" "$bin/sparrow-transfer-bench" --bytes 12Q
+check "--streams '0'" "$bin/sparrow-transfer-bench" --streams 0
+check "--transport 'foo'" "$bin/sparrow-transfer-bench" --transport foo
+check "--reps 'x'" "$bin/sparrow-transfer-bench" --reps x
+check "unknown option" "$bin/sparrow-transfer-bench" --bogus
+check "--probe '-3'" "$bin/sparrow-info" --probe -3
+check "--tree '-2'" "$bin/sparrow-info" --tree -2
+check "--tree '100000'" "$bin/sparrow-info" --tree 100000
+check "--regions" "$bin/sparrow-info" --tree 4 --regions us,eu
+check "--gbps 'x'" "$bin/sparrow-info" --tree 2 --gbps x,1
+check "--root '5'" "$bin/sparrow-info" --tree 4 --root 5
+check "unknown option" "$bin/sparrow-info" --frob
+check "--layers '0'" "$bin/sparrow-codec-bench" --layers 0
+check "--steps '-1'" "$bin/sparrow-codec-bench" --steps -1
+check "--lr 'abc'" "$bin/sparrow-codec-bench" --lr abc
+check "--chunk-elems '10'" "$bin/sparrow-codec-bench" --chunk-elems 10
+check "unknown option" "$bin/sparrow-codec-bench" --nope
+check "--layers '-3'" "$bin/sparrow-codec-demo" --layers -3
+check "--steps '0'" "$bin/sparrow-codec-demo" --steps 0
+check "--layers '-3'" "$bin/sparrow-weight-sync" --layers -3
+check "--steps '-1'" "$bin/sparrow-weight-sync" --steps -1
+check "-b '-5'" "$bin/sparse_bcast_perf" -b -5
+check "-e '1048576'" "$bin/sparse_bcast_perf" -b 8M -e 1M
+check "--scenario '/nonexistent.toml'" "$bin/sparse_bcast_perf" --scenario /nonexistent.toml
+check "-D/--density '2'" "$bin/sparse_bcast_perf" -D 2
+check "--impl 'nccl'" "$bin/sparse_bcast_perf" --impl nccl
+check "-d 'bf8'" "$bin/broadcast_perf" -d bf8
+check "unknown option" "$bin/broadcast_perf" --what
+check "takes no arguments" "$bin/sparrow-hello" --bogus
+[ -x "$bin/sparrow-ckpt" ] && check "--threads '0'" "$bin/sparrow-ckpt" inspect x --threads 0
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
