@@ -107,7 +107,14 @@ Result<topology::Tree> tree_for(Comm& c, int root, double bytes) {
   in.bw_Bps = c.probe().bw_Bps;
   in.message_bytes = bytes;
   auto t = topology::build_tree("", in);
-  if (t.ok() && c.rank() == root && log::level() >= log::Level::kInfo) SPARROW_INFO("%s", t->format().c_str());
+  if (t.ok() && c.rank() == root && log::level() >= log::Level::kInfo) {
+    // Once per distinct tree (it is the same every step unless the root or the size class changes).
+    std::string f = t->format();
+    if (f != c.coll().last_tree_logged) {
+      SPARROW_INFO("%s", f.c_str());
+      c.coll().last_tree_logged = std::move(f);
+    }
+  }
   return t;
 }
 

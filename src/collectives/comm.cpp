@@ -47,7 +47,8 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
     auto p = topology::probe_star(*c->net_, idd.comm_id, 0, budget, d);
     if (!p.ok()) return std::move(p).take_status().context("probing links at communicator creation");
     c->probe_ = p.value();
-    SPARROW_INFO("rank %d: %s", rank, c->probe_.format().c_str());
+    if (rank == 0) SPARROW_INFO("%s", c->probe_.format().c_str());  // every rank holds the same table
+    else SPARROW_TRACE("rank %d: %s", rank, c->probe_.format().c_str());
   } else {
     c->probe_.rtt_s.assign(nranks, -1);
     c->probe_.bw_Bps.assign(nranks, -1);

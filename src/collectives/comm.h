@@ -47,6 +47,7 @@ struct CollState {
   Status deferred;  // an asynchronous failure to report at the next call
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   std::shared_ptr<StagedOp> staged;
+  std::string last_tree_logged;  // INFO logs a tree once, not at every call
   struct Stats {
     uint64_t ops = 0, resyncs = 0;
     uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;

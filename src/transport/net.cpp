@@ -133,7 +133,7 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
     conns = accepted_[peer];
   }
   chans_[peer] = std::make_unique<Channel>(std::move(conns));
-  SPARROW_INFO("rank %d: channel to %s over %d %s stream(s)", rank_, desc(peer).c_str(), nstreams_, be_->name());
+  SPARROW_TRACE("rank %d: channel to %s over %d %s stream(s)", rank_, desc(peer).c_str(), nstreams_, be_->name());
   return chans_[peer].get();
 }
 

@@ -457,7 +457,7 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   digests_ = std::move(nd);
   version_++;
   have_shadow_ = keep_shadow_;
-  SPARROW_INFO("encoded version %llu (%s): %llu changes in %llu chunks, %llu -> %llu bytes",
+  SPARROW_TRACE("encoded version %llu (%s): %llu changes in %llu chunks, %llu -> %llu bytes",
                (unsigned long long)version_, full ? "full" : "delta", (unsigned long long)agg.changes,
                (unsigned long long)agg.chunks, (unsigned long long)agg.dense_bytes, (unsigned long long)agg.wire_bytes);
   return Status::Ok();

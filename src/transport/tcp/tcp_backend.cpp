@@ -240,7 +240,12 @@ void TcpConn::fail(const Status& why) {
     dropped.swap(q_);
     queued_ = 0;
   }
-  SPARROW_INFO("connection to %s failed: %s", desc().c_str(), why.to_string().c_str());
+  // Orderly teardown (closed here, transport shutting down, or the peer closing with nothing of
+  // ours still queued) is not a failure: logged at TRACE. Anything else at INFO.
+  const bool orderly = closing_.load() || why.message() == "transport shut down" ||
+                       (why.code() == Code::kPeerLost && dropped.empty());
+  if (orderly) SPARROW_TRACE("connection to %s closed: %s", desc().c_str(), why.message().c_str());
+  else SPARROW_INFO("connection to %s failed: %s", desc().c_str(), why.to_string().c_str());
   for (auto& it : dropped)
     if (it.done) it.done(why);
   if (sink_) sink_->conn_failed(this, why);
