@@ -190,6 +190,9 @@ Status take_ack(Comm& c, const std::vector<uint8_t>& a, int rank, uint64_t seq, 
 Status drain_acks(Comm& c, size_t window) {
   auto& acks = c.coll().acks;
   Status first;
+  // One deadline for the whole drain: missing acknowledgements of several ranks or operations cost
+  // one SPARROW_TIMEOUT_S together, not one each.
+  const auto deadline = c.deadline();
   while (!acks.empty()) {
     bool block = acks.size() > window;
     auto& pa = acks.front();
@@ -199,7 +202,7 @@ Status drain_acks(Comm& c, size_t window) {
         ++it;
         continue;
       }
-      auto d = block ? c.deadline() : transport::Clock::now();
+      auto d = block ? deadline : transport::Clock::now();
       auto a = c.net().recv(*it, MsgKey{c.comm_id(), pa.seq, kAckSub}, d);
       if (!a.ok()) {
         if (a.status().code() == Code::kTimeout && !block) {

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -106,6 +108,38 @@ TEST(SparseBcastProcesses, KilledReceiverIsPeerLostAtTheRootNotAHang) {
   EXPECT_EQ(async, sparrowPeerLost);
   kill(cl.pids[0], SIGKILL);  // rank 1 would wait for steps the root no longer sends
   cl.wait_rank(1);
+}
+
+// Two receivers stall (SIGSTOP) and never acknowledge: the root's calls fail with a timeout, but each
+// within one SPARROW_TIMEOUT_S, never one per missing rank.
+TEST(SparseBcastProcesses, StalledReceiversCostOneTimeoutNotOnePerRank) {
+  setenv("SPARROW_TIMEOUT_S", "3", 1);
+  {
+    const int steps = 8;
+    Cluster cl(4, steps);
+    for (int s = 0; s < 2; ++s) {
+      auto w = weights(s);
+      ASSERT_EQ(sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
+    }
+    kill(cl.pids[1], SIGSTOP);  // ranks 2 and 3
+    kill(cl.pids[2], SIGSTOP);
+    double longest = 0;
+    sparrowResult_t seen = sparrowSuccess;
+    for (int s = 2; s < 5 && seen == sparrowSuccess; ++s) {
+      auto w = weights(s);
+      auto t0 = std::chrono::steady_clock::now();
+      seen = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
+      longest = std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    EXPECT_EQ(seen, sparrowTimeout) << sparrowGetLastError(cl.root);
+    EXPECT_LT(longest, 3 * 1.6) << "a call waited about one timeout per missing rank";
+    for (int r : {1, 2, 3}) kill(cl.pids[r - 1], SIGKILL);
+    for (int r : {1, 2, 3}) cl.wait_rank(r);
+    sparrowCommAbort(cl.root);  // its peers are gone: do not wait for acknowledgements
+    cl.root = nullptr;
+  }
+  unsetenv("SPARROW_TIMEOUT_S");
+  sparrow::params::clear_overrides();
 }
 
 }  // namespace
