@@ -224,7 +224,10 @@ Status decode_index(IndexCodec c, std::span<const uint8_t> in, uint32_t n, uint3
 
 double index_entropy_bits(uint64_t n, uint64_t k) {
   if (k == 0 || k >= n) return 0.0;
-  return (std::lgamma(double(n) + 1) - std::lgamma(double(k) + 1) - std::lgamma(double(n - k) + 1)) / std::log(2.0);
+  // lgamma_r: lgamma writes the global signgam, a data race when encoder threads call it together.
+  int sign = 0;
+  auto lg = [&](double x) { return lgamma_r(x, &sign); };
+  return (lg(double(n) + 1) - lg(double(k) + 1) - lg(double(n - k) + 1)) / std::log(2.0);
 }
 
 }  // namespace sparrow::format
