@@ -98,6 +98,7 @@ void encode_index(IndexCodec c, const uint32_t* pos, size_t k, uint32_t n, uint3
         uint32_t r = g - q * m;
         bw.put_zeros(q);
         bw.put(1, 1);
+        if (tb.b == 0) continue;  // m = 1: the remainder is always 0 and takes no bits
         if (r < tb.u) {
           bw.put(r, tb.b - 1);
         } else {
