@@ -308,7 +308,8 @@ class Communicator:
 
     # -- collectives
 
-    def _buffers(self, tensor: Any, out: Any, root: int, what: str) -> Tuple[_Buffer, _Buffer]:
+    def _buffers(self, tensor: Any, out: Any, root: int, what: str) -> Tuple[_Buffer, _Buffer, int, int]:
+        """The buffers of one call and the addresses the C call takes: (src, dst, sendbuff, recvbuff)."""
         c = self._alive()
         if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < c.size:
             raise InvalidArgument(f"{what}: root must be an integer in [0, {c.size}), got {root!r}", 4)
@@ -320,7 +321,9 @@ class Communicator:
                                   f"{src.count} of dtype {src.dtype}", 4)
         if self._group_depth:
             self._group_keep += [src, dst]
-        return src, dst
+        send = src.ptr if me == root else 0
+        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        return src, dst, send, recv
 
     def sparse_broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
         """Sparse, bit-exact broadcast (sparrowSparseBcast) of `tensor` from `root`. On the root
@@ -329,19 +332,13 @@ class Communicator:
         the elements whose bits changed. A receiver's buffer must still hold the previous version: if
         it was modified, VersionMismatch is raised with the buffer untouched, and the next call
         repairs it. Returns the receiving tensor."""
-        src, dst = self._buffers(tensor, out, root, "sparse_broadcast")
-        me = self._c.rank
-        send = src.ptr if me == root else 0
-        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        src, dst, send, recv = self._buffers(tensor, out, root, "sparse_broadcast")
         self._check(self._c.sparse_bcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
         return dst.obj
 
     def broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
         """Dense broadcast (sparrowBroadcast) of `tensor` from `root`, into `out` or in place."""
-        src, dst = self._buffers(tensor, out, root, "broadcast")
-        me = self._c.rank
-        send = src.ptr if me == root else 0
-        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        src, dst, send, recv = self._buffers(tensor, out, root, "broadcast")
         self._check(self._c.broadcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
         return dst.obj
 
@@ -350,10 +347,7 @@ class Communicator:
         step is received, verified and decoded in the background, while `tensor` (or `out`) keeps the
         previous version: keep reading it (generating), do not write it. commit() switches it to the
         new version. On the root it is sparse_broadcast. Inside group(), the group is one staged step."""
-        src, dst = self._buffers(tensor, out, root, "stage")
-        me = self._c.rank
-        send = src.ptr if me == root else 0
-        recv = dst.ptr if (me != root or out is not None) else src.ptr
+        src, dst, send, recv = self._buffers(tensor, out, root, "stage")
         self._staged_keep += [src, dst]
         self._check(self._c.stage(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
 

@@ -122,10 +122,7 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
         done[j] = true;
       }
     }
-    if (ops[i].comm->impl->coll().staged)
-      s = sparrow::Error(sparrow::Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: "
-                                                       "call sparrowStageCommit before the next collective");
-    else if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->impl, bufs, ops[i].root);
+    if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->impl, bufs, ops[i].root);
     else if (ops[i].sparse) s = sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root);
     else s = sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
     done[i] = true;
@@ -255,9 +252,6 @@ SPARROW_EXPORT sparrowResult_t sparrowStageCommit(sparrowComm_t comm) {
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {
   if (!comm || !buff) return invalid("sparrowSparseBcastReset: NULL argument");
-  if (comm->impl->coll().staged)
-    return fail(sparrow::Error(sparrow::Code::kInvalidUsage, "sparrowSparseBcastReset: a staged step is pending "
-                                                             "(call sparrowStageCommit first)"), comm);
   return run(comm, sparrow::coll::sparse_reset(*comm->impl, buff));
 }
 

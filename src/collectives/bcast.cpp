@@ -251,6 +251,7 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
 // ---- dense -------------------------------------------------------------------------------------------
 
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
   const int me = c.rank();
   const auto d = c.deadline();
   const double t0 = now_s();
@@ -407,7 +408,6 @@ class Decoder {
     if (t_.joinable()) t_.join();
     return status_;
   }
-  double seconds() const { return secs_; }
 
  private:
   void run() {
@@ -422,11 +422,9 @@ class Decoder {
         q_.pop_front();
       }
       if (!status_.ok()) continue;  // drain: the first failure stands
-      double t0 = now_s();
       status_ = first ? sess_->begin(*m) : sess_->add_chunk(m);
       if (!status_.ok() && !first) status_.context("from rank " + std::to_string(parent_));
       first = false;
-      secs_ += now_s() - t0;
     }
   }
   kernels::cpu::ApplySession* sess_;
@@ -436,7 +434,6 @@ class Decoder {
   std::deque<std::shared_ptr<std::vector<uint8_t>>> q_;
   bool done_ = false;
   Status status_;
-  double secs_ = 0;
   std::thread t_;
 };
 
@@ -471,6 +468,27 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const std::shared_ptr<s
   return sess.prepare(rest);
 }
 
+// What every rank computes alike at the start of a sparse operation.
+struct SparseOp {
+  uint64_t seq = 0;
+  std::vector<TensorSpec> layout;
+  CollState::Key key;  // this rank's buffers (root: send, others: recv)
+  size_t dense = 0;    // bytes of the buffers
+  topology::Tree tree;
+};
+
+Result<SparseOp> begin_sparse(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  SparseOp op;
+  op.seq = c.next_seq();
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    op.layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
+    op.key.push_back(c.rank() == root ? bufs[i].send : bufs[i].recv);
+    op.dense += op.layout.back().bytes();
+  }
+  SPARROW_ASSIGN_OR_RETURN(op.tree, tree_for(c, root, double(op.dense) / 100));
+  return op;
+}
+
 }  // namespace
 
 // One sparse operation on a receiver (a relay too): receive() takes every frame from the parent and
@@ -481,10 +499,9 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const std::shared_ptr<s
 // thread and commit() in sparrowStageCommit. Until commit() the targets are only read.
 class SparseReceiver {
  public:
-  SparseReceiver(Comm& c, std::vector<BufferArg> bufs, int root, uint64_t seq, std::vector<TensorSpec> layout,
-                 CollState::Key key, size_t dense, int parent, std::vector<int> kids, bool staged)
-      : c_(c), bufs_(std::move(bufs)), root_(root), seq_(seq), layout_(std::move(layout)), key_(std::move(key)),
-        dense_(dense), parent_(parent), kids_(std::move(kids)), d_(c.deadline()), t0_(now_s()) {
+  SparseReceiver(Comm& c, std::vector<BufferArg> bufs, int root, const SparseOp& op, bool staged)
+      : c_(c), bufs_(std::move(bufs)), root_(root), seq_(op.seq), layout_(op.layout), key_(op.key), dense_(op.dense),
+        parent_(op.tree.parent[c.rank()]), kids_(op.tree.children[c.rank()]), d_(c.deadline()), t0_(now_s()) {
     aopt_.checksum_ahead = staged;  // a staged commit only writes
   }
 
@@ -498,7 +515,8 @@ class SparseReceiver {
     rv_ = &receiver_state(c_, key_, layout_);
     // A rank that refused the last operation gets a full snapshot in this one (the root collects that
     // refusal before it finishes sending); so does one the root lists in the header.
-    resync_ = !(h.flags & kOpFull) &&
+    full_ = h.flags & kOpFull;  // the root sends a verdict on exactly these
+    resync_ = !full_ &&
               (rv_->stale || std::find(h.resync.begin(), h.resync.end(), c_.rank()) != h.resync.end());
     for (auto& b : bufs_) dst_.push_back(b.recv);
     if (result.ok() && !resync_) sess_.emplace(dst_, layout_, rv_->st, aopt_);
@@ -527,21 +545,19 @@ class SparseReceiver {
   // Writes what receive() accepted (`received` is its result) and records the operation's stats.
   Status commit(Status received) {
     Status result = std::move(received);
-    const double ta = now_s();
     kernels::cpu::ApplyStats as;
     if (result.ok() && sess_) {
       result = sess_->commit(&as);
       if (result.ok() && resync_) resynced_ = true;
     }
-    if (rv_) {
-      if (result.ok() || need_resync_) rv_->stale = need_resync_;
-      if (!result.ok() && resync_ && !need_resync_) rv_->stale = false;  // a failed snapshot: start over
-    }
+    // Expect a snapshot next time exactly when this step was refused and one was asked for; a
+    // snapshot that failed starts over (the next delta is refused and asks again).
+    if (rv_ && (result.ok() || need_resync_ || resync_)) rv_->stale = need_resync_;
     auto& st = c_.coll().stats;
     st.ops++;
     if (resynced_) st.resyncs++;
     st.changed = resync_ ? 0 : as.changes;
-    st.apply_s = now_s() - ta + as.decode_seconds + as.write_seconds;
+    st.apply_s = as.decode_seconds + as.write_seconds;  // decoding, the acceptance checks, the writes
     st.dense_bytes = dense_;
     st.wire_bytes = wire_;
     uint64_t elems = 0;
@@ -569,18 +585,11 @@ class SparseReceiver {
       SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, sub}, ms, &reqs_));
       wire_ += ms->size();
       const bool is_footer = ms->size() >= 4 && format::load_u32(ms->data()) == format::kFooterMagic;
-      if (sub == 1) {
-        size_t used = 0;
-        auto hh = format::parse_header(*ms, &used);
-        full_ = hh.ok() && hh->full();
-      }
       if (is_footer) *footer_out = ms;
       else dec.push(ms);
       if (is_footer || sub > (1u << 30)) break;
     }
-    Status st = dec.join();
-    decode_s_ = dec.seconds();
-    return st;
+    return dec.join();
   }
 
   // The acceptance check of the delta, or the resync snapshot received and checked in its place.
@@ -613,33 +622,11 @@ class SparseReceiver {
   std::vector<SendRequestPtr> reqs_;
   std::atomic<uint64_t> wire_{0};
   bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false;
-  double decode_s_ = 0;
 };
 
 namespace {
 
 // ---- sparse ------------------------------------------------------------------------------------------
-
-// What every rank computes alike at the start of a sparse operation.
-struct SparseOp {
-  uint64_t seq = 0;
-  std::vector<TensorSpec> layout;
-  CollState::Key key;  // this rank's buffers (root: send, others: recv)
-  size_t dense = 0;    // bytes of the buffers
-  topology::Tree tree;
-};
-
-Result<SparseOp> begin_sparse(Comm& c, const std::vector<BufferArg>& bufs, int root) {
-  SparseOp op;
-  op.seq = c.next_seq();
-  for (size_t i = 0; i < bufs.size(); ++i) {
-    op.layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
-    op.key.push_back(c.rank() == root ? bufs[i].send : bufs[i].recv);
-    op.dense += op.layout.back().bytes();
-  }
-  SPARROW_ASSIGN_OR_RETURN(op.tree, tree_for(c, root, double(op.dense) / 100));
-  return op;
-}
 
 // Encodes the step and streams it to the children: the checkpoint header first, then every chunk as
 // soon as a worker thread finished it, then the footer.
@@ -741,6 +728,8 @@ Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const 
   return result;
 }
 
+}  // namespace
+
 Status no_stage_pending(Comm& c) {
   if (c.coll().staged)
     return Error(Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: call "
@@ -748,14 +737,11 @@ Status no_stage_pending(Comm& c) {
   return Status::Ok();
 }
 
-}  // namespace
-
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(c, bufs, root));
   if (c.rank() == root) return sparse_root(c, bufs, root, op);
-  SparseReceiver rx(c, bufs, root, op.seq, op.layout, op.key, op.dense, op.tree.parent[c.rank()],
-                    op.tree.children[c.rank()], false);
+  SparseReceiver rx(c, bufs, root, op, false);
   Status r = rx.receive();
   return rx.commit(std::move(r));
 }
@@ -782,8 +768,7 @@ Status sparse_stage(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(c, bufs, root));
   auto so = std::make_shared<StagedOp>();
-  so->rx = std::make_unique<SparseReceiver>(c, bufs, root, op.seq, op.layout, op.key, op.dense,
-                                            op.tree.parent[c.rank()], op.tree.children[c.rank()], true);
+  so->rx = std::make_unique<SparseReceiver>(c, bufs, root, op, true);
   StagedOp* raw = so.get();
   so->worker = std::thread([raw] {
     raw->received = raw->rx->receive();
@@ -818,6 +803,7 @@ Status finish(Comm& c) {
 }
 
 Status sparse_reset(Comm& c, const void* buff) {
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
   auto& cs = c.coll();
   for (auto it = cs.roots.begin(); it != cs.roots.end();) it = std::find(it->first.begin(), it->first.end(), buff) != it->first.end() ? cs.roots.erase(it) : std::next(it);
   for (auto it = cs.recvs.begin(); it != cs.recvs.end();) it = std::find(it->first.begin(), it->first.end(), buff) != it->first.end() ? cs.recvs.erase(it) : std::next(it);

@@ -56,8 +56,8 @@ Status stage_commit(Comm& c);
 // root that destroys its communicator right after its last call does not cut that call short. A
 // staged step not yet committed is received and dropped.
 Status finish(Comm& c);
-
-class SparseReceiver;  // bcast.cpp
+// kInvalidUsage while a staged step awaits its commit (every collective on the communicator checks).
+Status no_stage_pending(Comm& c);
 // Forgets the per-buffer state of `buff` on this rank (next operation on it is dense, or a resync).
 Status sparse_reset(Comm& c, const void* buff);
 

@@ -115,6 +115,15 @@ std::vector<std::vector<std::vector<uint8_t>>> zeroed(int n, const std::vector<k
   return recv;
 }
 
+// One rank's part of a model's step: every tensor in one group (the root sends `src`).
+sparrowResult_t model_step(sparrowComm_t c, int r, int root, const std::vector<kernels::cpu::TensorSpec>& ts,
+                           const std::vector<const void*>& src, std::vector<std::vector<uint8_t>>& recv) {
+  sparrowGroupStart();
+  for (size_t i = 0; i < ts.size(); ++i)
+    sparrowSparseBcast(src[i], r == root ? nullptr : recv[i].data(), ts[i].count, sparrowBfloat16, root, c, nullptr);
+  return sparrowGroupEnd();
+}
+
 TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
   auto gp = small_model(2048);
   ASSERT_TRUE(gp);
@@ -126,13 +135,7 @@ TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
   for (int step = 0; step < 6; ++step) {
     if (step > 0) g.step();
     auto src = g.buffers();
-    auto rc = cs.run([&](int r) {
-      sparrowGroupStart();
-      for (size_t i = 0; i < ts.size(); ++i)
-        sparrowSparseBcast(src[i], r == root ? nullptr : recv[r][i].data(), ts[i].count, sparrowBfloat16, root, cs.c[r],
-                           nullptr);
-      return sparrowGroupEnd();
-    });
+    auto rc = cs.run([&](int r) { return model_step(cs.c[r], r, root, ts, src, recv[r]); });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(rc[r], sparrowSuccess) << "step " << step << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
       if (r == root) continue;
@@ -272,13 +275,7 @@ TEST_P(BcastTest, ScribbledReceiversNeverGetSuccessWithWrongBits) {
     }
     auto before = recv;
     auto src = g.buffers();
-    auto rc = cs.run([&](int r) {
-      sparrowGroupStart();
-      for (size_t i = 0; i < ts.size(); ++i)
-        sparrowSparseBcast(src[i], r == root ? nullptr : recv[r][i].data(), ts[i].count, sparrowBfloat16, root, cs.c[r],
-                           nullptr);
-      return sparrowGroupEnd();
-    });
+    auto rc = cs.run([&](int r) { return model_step(cs.c[r], r, root, ts, src, recv[r]); });
     ASSERT_EQ(rc[root], sparrowSuccess) << sparrowGetLastError(cs.c[root]);
     for (int r = 1; r < n; ++r) {
       if (rc[r] == sparrowSuccess) {

@@ -61,6 +61,7 @@ void usage(FILE* f) {
 
 struct Args {
   std::string cmd, out, codec = "auto", raw, base;
+  uint8_t raw_dtype = 0;  // the sparrow dtype named by --raw
   std::vector<std::string> files;
   uint64_t base_version = 1;
   uint32_t chunk_elems = 0;
@@ -156,7 +157,11 @@ int parse_args(int argc, char** argv, Args* a) {
   }
   if (!a->raw.empty()) {
     bool known = false;
-    for (uint8_t d = 0; d <= 9; ++d) known |= a->raw == format::dtype_name(d);
+    for (uint8_t d = 0; d <= 9 && !known; ++d)
+      if (a->raw == format::dtype_name(d)) {
+        known = true;
+        a->raw_dtype = d;
+      }
     if (!known) {
       fprintf(stderr, "sparrow-ckpt: --raw '%s': expected a sparrow dtype (int8, uint8, int32, uint32, int64, uint64, "
                       "float16, float32, float64, bfloat16)\n", a->raw.c_str());
@@ -201,8 +206,7 @@ Result<Input> load(const Args& a, const std::string& path) {
   Input in;
   if (!a.raw.empty()) {
     SPARROW_ASSIGN_OR_RETURN(in.raw, format::read_file(path));
-    uint8_t d = 0;
-    while (a.raw != format::dtype_name(d)) ++d;
+    const uint8_t d = a.raw_dtype;
     const uint32_t es = format::dtype_size(d);
     if (in.raw.size() % es)
       return InvalidArgument(path + ": " + std::to_string(in.raw.size()) + " bytes is not a whole number of " + a.raw);

@@ -628,9 +628,9 @@ Status base_verdict(const format::Header& h, const BaseCheck& bc) {
 // Checksums of the committed contents after commit() wrote `staged`: written blocks are hashed again,
 // the others keep the sums verification found (`base`, in the header's chunking) or, for a full
 // snapshot, are all written.
-Status refresh_block_sums(const format::Header& h, const std::vector<Staged>& staged, std::span<void* const> targets,
-                          DeviceOps* dev, const std::vector<uint8_t>& on_dev, std::vector<std::vector<uint64_t>> base,
-                          int threads, ReceiverState& st) {
+void refresh_block_sums(const format::Header& h, const std::vector<Staged>& staged, std::span<void* const> targets,
+                        DeviceOps* dev, const std::vector<uint8_t>& on_dev, std::vector<std::vector<uint64_t>> base,
+                        int threads, ReceiverState& st) {
   const size_t nt = h.tensors.size();
   if (base.size() != nt) {
     base.assign(nt, {});
@@ -658,11 +658,7 @@ Status refresh_block_sums(const format::Header& h, const std::vector<Staged>& st
   st.block_elems = h.chunk_elems;
   st.block_sums = std::move(base);
   for (auto& e : errs)
-    if (!e.ok()) {
-      st.block_sums.clear();  // unknown: the next step recomputes the digests instead
-      return Status::Ok();
-    }
-  return Status::Ok();
+    if (!e.ok()) st.block_sums.clear();  // unknown: the next step recomputes the digests instead
 }
 
 // Decodes and verifies one chunk against the targets' current (old) contents; writes nothing.
@@ -720,9 +716,8 @@ Status chunk_context(Status e, const format::Header& h, const format::ChunkHeade
                               std::to_string(c.elem_begin) + ".." + std::to_string(c.elem_begin + c.elem_count) + ")");
 }
 
-// The acceptance predicate, then the writes. Nothing is written unless the digests match.
-// `base` carries base verification's findings (null: verification off, so block sums are not kept).
-// The acceptance predicate: the digests the staged chunks lead to must be the footer's.
+// The acceptance predicate: the digests the staged chunks lead to must be the footer's. Nothing is
+// written unless it holds.
 Status accept(const format::Header& h, const format::Footer& ft, const std::vector<Staged>& staged,
               const ReceiverState& state) {
   const size_t nt = h.tensors.size();
@@ -741,7 +736,8 @@ Status accept(const format::Header& h, const format::Footer& ft, const std::vect
   return Status::Ok();
 }
 
-// Writes accepted chunks and records the new version (and block sums when `base` is given).
+// Writes accepted chunks and records the new version, and the block sums when `base` (base
+// verification's findings) is given; null: verification is off and no block sums are kept.
 Status write_staged(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
                     std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
                     const std::vector<uint8_t>& on_dev, int threads, BaseCheck* base) {
@@ -771,11 +767,9 @@ Status write_staged(const format::Header& h, const format::Footer& ft, std::vect
   }
   state.version = h.new_version;
   state.digests = ft.new_digests;
-  if (!base) {
-    state.block_sums.clear();
-    return Status::Ok();
-  }
-  return refresh_block_sums(h, staged, targets, dev, on_dev, std::move(base->sums), threads, state);
+  if (base) refresh_block_sums(h, staged, targets, dev, on_dev, std::move(base->sums), threads, state);
+  else state.block_sums.clear();
+  return Status::Ok();
 }
 
 // The checksum of a staged chunk's block as it will be after the write (its current contents with the
@@ -873,7 +867,7 @@ struct ApplySession::Impl {
   BaseCheck base;
   format::Footer footer;
   bool prepared = false;
-  double verify_wait_s = 0, prepare_s = 0;
+  double prepare_s = 0;
   ~Impl() {
     if (verifier.joinable()) verifier.join();
   }
@@ -953,9 +947,7 @@ Status ApplySession::prepare(std::span<const uint8_t> footer_frame) {
     if (blocks != im_->staged.size()) return CorruptData("full snapshot is missing chunks");
   }
   if (im_->verifier.joinable()) {
-    const double tw = now_s();
     im_->verifier.join();
-    im_->verify_wait_s = now_s() - tw;
     SPARROW_RETURN_IF_ERROR(base_verdict(im_->h, im_->base));
   }
   SPARROW_RETURN_IF_ERROR(accept(im_->h, im_->footer, im_->staged, *im_->state));
@@ -978,7 +970,6 @@ Status ApplySession::commit(ApplyStats* stats) {
     stats->write_seconds = now_s() - t0 + im_->prepare_s;
     stats->wall_seconds = stats->decode_seconds + stats->write_seconds;
     stats->verify_seconds = im_->base.seconds;
-    stats->verify_wait_seconds = im_->verify_wait_s;
   }
   return Status::Ok();
 }

@@ -138,7 +138,6 @@ struct ApplyStats {
   uint64_t chunks = 0, changes = 0, wire_bytes = 0;
   double decode_seconds = 0, write_seconds = 0, wall_seconds = 0;
   double verify_seconds = 0;  // base verification (overlapped with decoding in ApplySession)
-  double verify_wait_seconds = 0;  // time finish() waited for it after the last chunk
 };
 
 // Applies a checkpoint to `targets` (one pointer per tensor of `layout`). Verifies, in order: every
