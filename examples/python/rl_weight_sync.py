@@ -33,6 +33,13 @@ if os.path.isdir(_build) and "SPARROW_NO_BUILD_TREE" not in os.environ:
 DEFAULT_TEXT = "/usr/share/common-licenses/GPL-3"
 
 
+def say(line):
+    """One line to stdout in a single write: the ranks share the terminal (or pipe), and print()'s
+    separate writes of text and newline let their lines run into each other."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
+
+
 def positive(kind):
     def parse(s):
         try:
@@ -126,10 +133,10 @@ def run_rank(a):
     val = batch(torch, data, a, torch.Generator().manual_seed(12345))
     ok = True
     if rank == 0:
-        print(f"trainer: {nparams / 1e6:.2f} M parameters in {len(sync.tensors)} tensors, {size - 1} worker(s), "
-              f"AdamW lr {a.lr:g}, text {a.text} ({len(data)} bytes)", flush=True)
-        print(f"{'step':>4} {'loss':>8} {'density':>9} {'changed':>9} {'dense_MB':>9} {'wire_MB':>9} "
-              f"{'ratio':>7} {'sync_ms':>8}", flush=True)
+        say(f"trainer: {nparams / 1e6:.2f} M parameters in {len(sync.tensors)} tensors, {size - 1} worker(s), "
+             f"AdamW lr {a.lr:g}, text {a.text} ({len(data)} bytes)")
+        say(f"{'step':>4} {'loss':>8} {'density':>9} {'changed':>9} {'dense_MB':>9} {'wire_MB':>9} "
+             f"{'ratio':>7} {'sync_ms':>8}")
     for step in range(a.steps + 1):  # step 0 pushes the initial weights (a full version)
         loss = float("nan")
         if rank == 0:
@@ -151,17 +158,17 @@ def run_rank(a):
         ref = digests(torch, sync.tensors) if rank == 0 else torch.zeros(16 * len(sync.tensors), dtype=torch.uint8)
         comm.broadcast(ref, root=0)
         if rank == 0:
-            print(f"{step:4d} {loss:8.4f} {100 * st['density']:8.3f}% {st['changed']:9d} {st['dense_bytes'] / 1e6:9.2f} "
-                  f"{st['wire_bytes'] / 1e6:9.3f} {st['dense_bytes'] / max(1, st['wire_bytes']):6.1f}x "
-                  f"{1e3 * dt:8.1f}" + ("   (full version)" if st["full"] else ""), flush=True)
+            say(f"{step:4d} {loss:8.4f} {100 * st['density']:8.3f}% {st['changed']:9d} {st['dense_bytes'] / 1e6:9.2f} "
+                 f"{st['wire_bytes'] / 1e6:9.3f} {st['dense_bytes'] / max(1, st['wire_bytes']):6.1f}x "
+                 f"{1e3 * dt:8.1f}" + ("   (full version)" if st["full"] else ""))
         else:
             exact = torch.equal(digests(torch, sync.tensors), ref)
             ok &= exact
             with torch.no_grad():
                 vl = torch.nn.functional.cross_entropy(served(val[0]).float().reshape(-1, 256), val[1].reshape(-1))
-            print(f"worker {rank}: step {step} bit-exact: {'yes' if exact else 'NO'}, verify+apply "
-                  f"{1e3 * st['apply_s']:.1f} ms (call {1e3 * dt:.0f} ms, including the wait for the trainer's step), "
-                  f"val loss with the new weights {vl.item():.4f}", flush=True)
+            say(f"worker {rank}: step {step} bit-exact: {'yes' if exact else 'NO'}, verify+apply "
+                 f"{1e3 * st['apply_s']:.1f} ms (call {1e3 * dt:.0f} ms, including the wait for the trainer's step), "
+                 f"val loss with the new weights {vl.item():.4f}")
     comm.destroy()
     return 0 if ok else 1
 
@@ -188,8 +195,8 @@ def launch(a, argv):
                 p.kill()
                 p.wait()
     good = all(c == 0 for c in codes)
-    print(f"summary: {n - 1} worker(s), {a.steps} step(s): "
-          + ("every worker bit-exact on every step" if good else f"FAILED (exit codes {codes})"), flush=True)
+    say(f"summary: {n - 1} worker(s), {a.steps} step(s): "
+         + ("every worker bit-exact on every step" if good else f"FAILED (exit codes {codes})"))
     return 0 if good else 1
 
 

@@ -110,8 +110,9 @@ TEST(SparseBcastProcesses, KilledReceiverIsPeerLostAtTheRootNotAHang) {
   cl.wait_rank(1);
 }
 
-// Two receivers stall (SIGSTOP) and never acknowledge: the root's calls fail with a timeout, but each
-// within one SPARROW_TIMEOUT_S, never one per missing rank.
+// Every receiver stalls (SIGSTOP) and never acknowledges: the root's calls fail with a timeout, but
+// each within one SPARROW_TIMEOUT_S, never one per missing rank. (All of them: a receiver left
+// running would give up on its own timeout and close, turning the root's error into a lost peer.)
 TEST(SparseBcastProcesses, StalledReceiversCostOneTimeoutNotOnePerRank) {
   setenv("SPARROW_TIMEOUT_S", "3", 1);
   {
@@ -121,8 +122,7 @@ TEST(SparseBcastProcesses, StalledReceiversCostOneTimeoutNotOnePerRank) {
       auto w = weights(s);
       ASSERT_EQ(sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
     }
-    kill(cl.pids[1], SIGSTOP);  // ranks 2 and 3
-    kill(cl.pids[2], SIGSTOP);
+    for (int r : {1, 2, 3}) kill(cl.pids[r - 1], SIGSTOP);
     double longest = 0;
     sparrowResult_t seen = sparrowSuccess;
     for (int s = 2; s < 5 && seen == sparrowSuccess; ++s) {
