@@ -173,6 +173,17 @@ class ApplySession {
   // changes). Between the two the targets must not change; the state is updated by commit().
   Status prepare(std::span<const uint8_t> footer_frame);
   Status commit(ApplyStats* stats = nullptr);
+  // Instead of begin/add_chunk/prepare: a chain of consecutive deltas (each a whole checkpoint, chunks
+  // in any order; the first applies to the version the receiver holds, each next one to the version
+  // the one before leads to), composed into one change set and checked as prepare() checks one
+  // checkpoint: every frame, the continuity of versions and digests, base verification of the first,
+  // and every link's resulting digests. commit() then writes the last version once: the targets hold
+  // either the version they held or the last one, never one in between. `owners` keep the bytes alive.
+  Status prepare_chain(std::span<const std::span<const uint8_t>> links,
+                       std::vector<std::shared_ptr<const std::vector<uint8_t>>> owners);
+  // The base version of the checkpoint begun (0 before begin()): tells a receiver that is behind
+  // (it holds an older version) from one whose buffer changed.
+  uint64_t base_version() const;
   // Memory held for the staged chunks (positions and values of sparse ones, frames of dense ones).
   size_t staged_bytes() const;
 

@@ -278,6 +278,93 @@ TEST(Delta, CorruptOrTruncatedCheckpointNeverHalfApplies) {
   EXPECT_TRUE(p.equal());
 }
 
+// ---- catching up over a chain of deltas ----------------------------------------------------------
+
+Status apply_chain(Pair& p, const std::vector<std::vector<uint8_t>>& links, const ApplyOptions& o = {}) {
+  std::vector<std::span<const uint8_t>> v(links.begin(), links.end());
+  auto d = p.dst();
+  ApplySession s(d, p.layout, p.state, o);
+  SPARROW_RETURN_IF_ERROR(s.prepare_chain(v, {}));
+  return s.commit();
+}
+
+// The same checkpoint with its chunks in reverse order (as a stream may deliver them).
+std::vector<uint8_t> reversed_chunks(const std::vector<uint8_t>& ck) {
+  auto cv = format::parse_checkpoint(ck).value();
+  std::vector<uint8_t> out(ck.begin(), ck.begin() + cv.header_bytes);
+  for (size_t i = cv.chunks.size(); i-- > 0;) {
+    const uint8_t* b = cv.chunks[i].index.data() - format::kChunkHeaderBytes;
+    out.insert(out.end(), b, b + cv.chunks[i].frame_bytes());
+  }
+  size_t foot = cv.header_bytes;  // the footer follows the last chunk
+  if (!cv.chunks.empty()) foot = size_t(cv.chunks.back().values.data() + cv.chunks.back().values.size() - ck.data());
+  out.insert(out.end(), ck.begin() + foot, ck.end());
+  return out;
+}
+
+TEST(Delta, ChainOfDeltasCatchesUpInOneWrite) {
+  for (bool verify : {true, false}) {
+    Pair p(mixed_layout());
+    ApplyOptions ao;
+    ao.verify_base = verify;
+    ASSERT_TRUE(p.apply(p.encode(small_chunks()).value(), ao).ok());
+    // Densities that make sparse chunks over sparse ones, dense over sparse, sparse over dense.
+    std::vector<std::vector<uint8_t>> links;
+    uint64_t seed = 500;
+    for (double d : {0.01, 0.003, 0.7, 0.02, 1.0, 0.0, 0.05}) {
+      p.mutate(d, seed++);
+      links.push_back(p.encode(small_chunks()).value());
+    }
+    links[1] = reversed_chunks(links[1]);
+    Status s = apply_chain(p, links, ao);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(p.equal());
+    EXPECT_EQ(p.state.version, 8u);
+    // What it committed is a proper base for the next step (version, digests and block sums).
+    p.mutate(0.01, 9);
+    s = p.apply(p.encode(small_chunks()).value(), ao);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_TRUE(p.equal());
+  }
+}
+
+TEST(Delta, BrokenChainsAreRefusedUntouched) {
+  Pair p({{"w", 9, 20000}, {"f", 7, 5000}});
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  std::vector<std::vector<uint8_t>> links;
+  for (int i = 0; i < 4; ++i) {
+    p.mutate(0.02, 40 + i);
+    links.push_back(p.encode(small_chunks()).value());
+  }
+  const auto before = p.recv;
+  const ReceiverState st0 = p.state;
+  auto refused = [&](std::vector<std::vector<uint8_t>> l, Code want, const char* what) {
+    Status s = apply_chain(p, l);
+    EXPECT_EQ(s.code(), want) << what << ": " << s.message();
+    EXPECT_EQ(p.recv, before) << what;
+    EXPECT_EQ(p.state.version, st0.version) << what;
+  };
+  refused({links[0], links[2], links[3]}, Code::kCorruptData, "a gap");
+  refused({links[1], links[2], links[3]}, Code::kVersionMismatch, "a chain for another version");
+  auto flipped = links;
+  flipped[2][flipped[2].size() / 2] ^= 4;
+  refused(flipped, Code::kCorruptData, "a flipped bit in the third delta");
+  auto cut = links;
+  cut[3].resize(cut[3].size() - 3);
+  refused(cut, Code::kCorruptData, "a truncated last delta");
+  refused({links[0], p.enc.snapshot(p.src()).value()}, Code::kCorruptData, "a snapshot inside");
+  p.recv[0][123] ^= 1;  // the user wrote into the buffer: base verification refuses the chain
+  Status s = apply_chain(p, links);
+  EXPECT_EQ(s.code(), Code::kVersionMismatch) << s.message();
+  EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
+  p.recv[0][123] ^= 1;
+  EXPECT_EQ(p.recv, before);
+  s = apply_chain(p, links);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(p.equal());
+  EXPECT_EQ(p.state.version, 5u);
+}
+
 TEST(Delta, LayoutMismatchIsInvalidUsage) {
   Pair p({{"w", 9, 100}});
   auto ck = p.encode().value();
