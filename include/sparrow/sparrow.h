@@ -174,6 +174,8 @@ typedef struct {
   int stageReady;                      /* ... and has been received and verified (or failed) */
   unsigned long long stageBytesReceived; /* checkpoint bytes of the staged step received so far */
   unsigned long long stagedBytes;      /* memory holding its staged changes (once ready) */
+  unsigned long long catchUps;         /* resyncs by the deltas a rank missed instead of a snapshot, cumulative */
+  unsigned long long catchUpBytes;     /* bytes of those catch-ups, cumulative */
 } sparrowStats;
 sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* stats);
 

@@ -396,7 +396,8 @@ class Communicator:
     def stats(self) -> Dict[str, Any]:
         """What the last collective did on this rank: dense_bytes, wire_bytes, changed, density,
         encode_s, apply_s, time_s, full, resyncs (cumulative), ops (count); and for a staged step
-        stage_pending, stage_ready, stage_bytes_received, staged_bytes."""
+        stage_pending, stage_ready, stage_bytes_received, staged_bytes; catch_ups and catch_up_bytes
+        (cumulative: resyncs by the deltas a rank missed instead of a snapshot)."""
         return self._alive().stats()
 
     def async_error(self) -> Optional[Error]:

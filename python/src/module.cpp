@@ -110,6 +110,8 @@ class Comm {
     d["stage_ready"] = bool(s.stageReady);
     d["stage_bytes_received"] = s.stageBytesReceived;
     d["staged_bytes"] = s.stagedBytes;
+    d["catch_ups"] = s.catchUps;
+    d["catch_up_bytes"] = s.catchUpBytes;
     return d;
   }
   int destroy() {

@@ -89,7 +89,7 @@ def test_dense_broadcast_and_stats_keys(ranks):
         assert torch.equal(dst[r], src)
     st = rs.comms[1].stats()
     for k in ("ops", "dense_bytes", "wire_bytes", "changed", "density", "encode_s", "apply_s", "time_s", "resyncs",
-              "full"):
+              "full", "catch_ups", "catch_up_bytes"):
         assert k in st, k
     assert st["dense_bytes"] == src.numel() * 4
 

@@ -286,6 +286,8 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowSt
   out->stageReady = p.ready ? 1 : 0;
   out->stageBytesReceived = p.bytes_received;
   out->stagedBytes = p.staged_bytes;
+  out->catchUps = st.catchups;
+  out->catchUpBytes = st.catchup_bytes;
   return sparrowSuccess;
 }
 

@@ -1,5 +1,7 @@
 #include "collectives/bcast.h"
 
+#include "collectives/retain.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -133,13 +135,16 @@ Status send_all(Comm& c, const std::vector<int>& kids, const MsgKey& k, const st
   return Status::Ok();
 }
 
-std::vector<uint8_t> ack_bytes(const Status& s, bool resync) {
+// An acknowledgement (and the verdict, in the same shape): the status, whether the rank asks for a
+// resync, the version its buffers hold (what a catch-up starts from; 0: it needs a full snapshot).
+std::vector<uint8_t> ack_bytes(const Status& s, bool resync, uint64_t holds = 0) {
   std::vector<uint8_t> o;
   format::put_u32(o, uint32_t(s.code()));
   format::put_u8(o, resync ? 1 : 0);
   std::string m = s.message().substr(0, 1000);
   format::put_u16(o, uint16_t(m.size()));
   o.insert(o.end(), m.begin(), m.end());
+  format::put_u64(o, holds);
   return o;
 }
 
@@ -174,13 +179,20 @@ Status take_ack(Comm& c, const std::vector<uint8_t>& a, int rank, uint64_t seq, 
   uint8_t resync;
   uint16_t n;
   const uint8_t* p;
-  if (!r.u32(&code).ok() || !r.u8(&resync).ok() || !r.u16(&n).ok() || !r.bytes(n, &p).ok())
+  uint64_t holds = 0;
+  if (!r.u32(&code).ok() || !r.u8(&resync).ok() || !r.u16(&n).ok() || !r.bytes(n, &p).ok() || !r.u64(&holds).ok())
     return CorruptData("bad acknowledgement from rank " + std::to_string(rank));
   if (resync) {
     auto it = c.coll().roots.find(key);
-    if (it != c.coll().roots.end()) it->second.need_resync.insert(rank);
+    if (it != c.coll().roots.end()) it->second.need_resync[rank] = holds;
   }
   if (code == 0 || Code(code) == Code::kVersionMismatch) return Status::Ok();  // resynced next time
+  if (resync) {  // it failed there (a timeout, a lost parent) and is brought up to date next time
+    SPARROW_WARN("rank %d failed operation %llu (%s); it holds version %llu and is resynchronised at the next one",
+                 rank, (unsigned long long)seq, std::string(reinterpret_cast<const char*>(p), n).c_str(),
+                 (unsigned long long)holds);
+    return Status::Ok();
+  }
   return Status(Code(code), "rank " + std::to_string(rank) + " failed operation " + std::to_string(seq) + ": " +
                                 std::string(reinterpret_cast<const char*>(p), n));
 }
@@ -506,42 +518,21 @@ class SparseReceiver {
   }
 
   Status receive() {
-    auto hm = c_.net().recv(parent_, MsgKey{c_.comm_id(), seq_, 0}, d_);
-    if (!hm.ok()) return hm.status();
-    auto hshared = share(std::move(hm.value()));
-    SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, 0}, hshared, &reqs_));
-    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
-    Status result = check_header(h, kSparse, bufs_, root_, c_.rank());
+    // What earlier operations left behind (ones this rank gave up on) is of no use any more.
+    if (size_t n = c_.net().discard_before(c_.comm_id(), seq_))
+      SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)seq_);
     rv_ = &receiver_state(c_, key_, layout_);
-    // A rank that refused the last operation gets a full snapshot in this one (the root collects that
-    // refusal before it finishes sending); so does one the root lists in the header.
-    full_ = h.flags & kOpFull;  // the root sends a verdict on exactly these
-    resync_ = !full_ &&
-              (rv_->stale || std::find(h.resync.begin(), h.resync.end(), c_.rank()) != h.resync.end());
-    for (auto& b : bufs_) dst_.push_back(b.recv);
-    if (result.ok() && !resync_) sess_.emplace(dst_, layout_, rv_->st, aopt_);
-    std::shared_ptr<std::vector<uint8_t>> footer;
-    Status staged = relay_frames(&footer);
-    if (result.ok()) result = staged.ok() ? accept(footer) : staged;
-    if (result.code() == Code::kVersionMismatch && !resync_) {
+    Status r = receive_op();
+    if (!acked_) {
+      // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
+      // and asks to be brought up to date at the next operation (best effort: the root may be gone).
       need_resync_ = true;
-      result.context("rank " + std::to_string(c_.rank()) + " refused this step: its buffers are as they were, and "
-                     "its next call on them brings a full snapshot from rank " + std::to_string(root_));
+      auto m = share(ack_bytes(r, true, rv_->st.version));
+      auto a = c_.net().send(root_, MsgKey{c_.comm_id(), seq_, kAckSub}, Payload{m->data(), m->size(), m}, c_.deadline());
+      (void)a;
     }
-    SPARROW_RETURN_IF_ERROR(send_all(c_, {root_}, MsgKey{c_.comm_id(), seq_, kAckSub}, share(ack_bytes(result, need_resync_))));
-    if (full_) {
-      Status v = recv_verdict(c_, seq_, root_, d_);
-      if (result.ok()) result = v;
-    }
-    // A relay's forwarding is part of its call: once it returns, the caller may destroy the
-    // communicator, which must not cut its children off. (Handed to the kernel: usually done already.)
-    for (auto& r : reqs_) {
-      Status s = r->wait(d_);
-      if (!s.ok() && result.ok()) result = std::move(s).context("forwarding to this rank's children");
-    }
-    return result;
+    return r;
   }
-
   // Writes what receive() accepted (`received` is its result) and records the operation's stats.
   Status commit(Status received) {
     Status result = std::move(received);
@@ -556,7 +547,11 @@ class SparseReceiver {
     auto& st = c_.coll().stats;
     st.ops++;
     if (resynced_) st.resyncs++;
-    st.changed = resync_ ? 0 : as.changes;
+    if (resynced_ && catchup_bytes_) {
+      st.catchups++;
+      st.catchup_bytes += catchup_bytes_;
+    }
+    st.changed = resync_ && !catchup_bytes_ ? 0 : as.changes;
     st.apply_s = as.decode_seconds + as.write_seconds;  // decoding, the acceptance checks, the writes
     st.dense_bytes = dense_;
     st.wire_bytes = wire_;
@@ -574,6 +569,52 @@ class SparseReceiver {
   size_t staged_bytes() const { return sess_ ? sess_->staged_bytes() : 0; }
 
  private:
+  // The operation up to its acknowledgement (and the verdict of a full one).
+  Status receive_op() {
+    auto hm = c_.net().recv(parent_, MsgKey{c_.comm_id(), seq_, 0}, d_);
+    if (!hm.ok()) return hm.status();
+    auto hshared = share(std::move(hm.value()));
+    SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, 0}, hshared, &reqs_));
+    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hshared));
+    Status result = check_header(h, kSparse, bufs_, root_, c_.rank());
+    // A rank that refused or failed the last operation gets a resync in this one (the root collects
+    // that acknowledgement before it finishes sending); so does one the root lists in the header.
+    full_ = h.flags & kOpFull;  // the root sends a verdict on exactly these
+    resync_ = !full_ &&
+              (rv_->stale || std::find(h.resync.begin(), h.resync.end(), c_.rank()) != h.resync.end());
+    for (auto& b : bufs_) dst_.push_back(b.recv);
+    if (result.ok() && !resync_) sess_.emplace(dst_, layout_, rv_->st, aopt_);
+    std::shared_ptr<std::vector<uint8_t>> footer;
+    Status staged = relay_frames(&footer);
+    if (result.ok()) result = staged.ok() ? accept(footer) : staged;
+    uint64_t holds = 0;  // what a catch-up may start from (0: a full snapshot)
+    if (!result.ok() && resync_) {
+      need_resync_ = true;  // the resync itself failed: a full snapshot next time
+    } else if (result.code() == Code::kVersionMismatch) {
+      // Behind (it holds an older version, untouched): the deltas it missed will do. Written to since
+      // its last step: only a full snapshot.
+      need_resync_ = true;
+      const bool behind = sess_ && sess_->base_version() != rv_->st.version;
+      if (behind) holds = rv_->st.version;
+      result.context("rank " + std::to_string(c_.rank()) + " refused this step: its buffers are as they were, and "
+                     "its next call on them brings " + (behind ? "the steps it missed" : "a full snapshot") +
+                     " from rank " + std::to_string(root_));
+    }
+    SPARROW_RETURN_IF_ERROR(send_all(c_, {root_}, MsgKey{c_.comm_id(), seq_, kAckSub}, share(ack_bytes(result, need_resync_, holds))));
+    acked_ = true;
+    if (full_) {
+      Status v = recv_verdict(c_, seq_, root_, d_);
+      if (result.ok()) result = v;
+    }
+    // A relay's forwarding is part of its call: once it returns, the caller may destroy the
+    // communicator, which must not cut its children off. (Handed to the kernel: usually done already.)
+    for (auto& r : reqs_) {
+      Status s = r->wait(d_);
+      if (!s.ok() && result.ok()) result = std::move(s).context("forwarding to this rank's children");
+    }
+    return result;
+  }
+
   // Receives sub 1.. (header, chunks, footer) from the parent, forwards each at once and hands it to
   // the decoder thread; returns the decoder's verdict and the footer.
   Status relay_frames(std::shared_ptr<std::vector<uint8_t>>* footer_out) {
@@ -584,6 +625,7 @@ class SparseReceiver {
       auto ms = share(std::move(m));
       SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, sub}, ms, &reqs_));
       wire_ += ms->size();
+      if (resync_) held_.push_back(ms);  // this step's delta: the last link of a catch-up chain
       const bool is_footer = ms->size() >= 4 && format::load_u32(ms->data()) == format::kFooterMagic;
       if (is_footer) *footer_out = ms;
       else dec.push(ms);
@@ -600,8 +642,19 @@ class SparseReceiver {
     }
     SPARROW_ASSIGN_OR_RETURN(auto snap, c_.net().recv(root_, MsgKey{c_.comm_id(), seq_, kResyncSub}, d_));
     auto blob = share(std::move(snap));
+    wire_ += blob->size();
     sess_.emplace(dst_, layout_, rv_->st, aopt_);
-    return feed_checkpoint(*sess_, blob);
+    if (!is_chain_message(*blob)) return feed_checkpoint(*sess_, blob);
+    // The deltas this rank missed, then this step's as it arrived: composed and written once.
+    SPARROW_ASSIGN_OR_RETURN(auto links, decode_chain_message(*blob));
+    auto cur = std::make_shared<std::vector<uint8_t>>();
+    for (auto& f : held_) cur->insert(cur->end(), f->begin(), f->end());
+    links.push_back(*cur);
+    catchup_bytes_ = blob->size();
+    Status s = sess_->prepare_chain(links, {blob, cur});
+    if (!s.ok()) s.context("catching up from version " + std::to_string(rv_->st.version) + " by " +
+                           std::to_string(links.size()) + " delta(s)");
+    return s;
   }
 
   Comm& c_;
@@ -621,7 +674,9 @@ class SparseReceiver {
   std::optional<kernels::cpu::ApplySession> sess_;
   std::vector<SendRequestPtr> reqs_;
   std::atomic<uint64_t> wire_{0};
-  bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false;
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> held_;
+  uint64_t catchup_bytes_ = 0;
+  bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
 };
 
 namespace {
@@ -630,17 +685,19 @@ namespace {
 
 // Encodes the step and streams it to the children: the checkpoint header first, then every chunk as
 // soon as a worker thread finished it, then the footer.
+// `kept` (when given) receives every frame, for the retained steps.
 Status stream_checkpoint(Comm& c, CollState::Root& rs, const std::vector<const void*>& src,
-                         const std::vector<int>& kids, uint64_t seq, kernels::cpu::EncodeStats* es) {
+                         const std::vector<int>& kids, uint64_t seq, kernels::cpu::EncodeStats* es,
+                         std::vector<std::shared_ptr<std::vector<uint8_t>>>* kept) {
   std::atomic<uint32_t> next_sub{2};
   std::mutex err_mu;
   Status send_err;
   auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
-    Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, share(std::move(frame)));
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lk(err_mu);
-      if (send_err.ok()) send_err = s;
-    }
+    auto m = share(std::move(frame));
+    Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, m);
+    std::lock_guard<std::mutex> lk(err_mu);
+    if (!s.ok() && send_err.ok()) send_err = s;
+    if (kept) kept->push_back(std::move(m));  // the header first, the footer last: emitted in that order
   };
   kernels::cpu::EncodeOptions eo;
   eo.paper_format = kCodec.get() == "paper";
@@ -652,14 +709,42 @@ Status stream_checkpoint(Comm& c, CollState::Root& rs, const std::vector<const v
   return send_err;
 }
 
-// Full snapshots of the new version straight to the ranks that need one (encoded once for all).
-Status send_resyncs(Comm& c, CollState::Root& rs, const std::vector<const void*>& src, uint64_t seq,
-                    const std::set<int>& ranks) {
+// Resyncs straight to the ranks that need one: a rank whose version the retained deltas lead on from
+// gets those deltas up to this operation's base (it applies this operation's stream after them),
+// when they are smaller than half the dense size; the others a full snapshot of the new version
+// (encoded once for all). Each distinct message is built once.
+Status send_resyncs(Comm& c, CollState::Root& rs, const std::vector<const void*>& src, const SparseOp& op,
+                    uint64_t base, const std::map<int, uint64_t>& ranks) {
   if (ranks.empty()) return Status::Ok();
-  SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
-  auto shared = share(std::move(snap));
-  for (int r : ranks) SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), seq, kResyncSub}, shared));
-  c.coll().stats.resyncs += ranks.size();
+  std::shared_ptr<std::vector<uint8_t>> snapshot;
+  std::map<uint64_t, std::shared_ptr<std::vector<uint8_t>>> chains;
+  auto& st = c.coll().stats;
+  for (auto [r, holds] : ranks) {
+    std::shared_ptr<std::vector<uint8_t>> m;
+    if (holds && chains.count(holds)) {
+      m = chains[holds];
+    } else if (auto links = holds ? rs.retained.chain(holds, base) : std::nullopt) {
+      size_t bytes = 0;
+      for (auto& l : *links) bytes += l->size();
+      if (bytes < op.dense / 2) {
+        m = chains[holds] = share(encode_chain_message(*links));
+        SPARROW_INFO("rank %d catches up from version %llu by %zu retained delta(s) (%zu bytes) and this step", r,
+                     (unsigned long long)holds, links->size(), bytes);
+      }
+    }
+    if (m) {
+      st.catchups++;
+      st.catchup_bytes += m->size();
+    } else {
+      if (!snapshot) {
+        SPARROW_ASSIGN_OR_RETURN(auto snap, rs.enc->snapshot(src));
+        snapshot = share(std::move(snap));
+      }
+      m = snapshot;
+    }
+    SPARROW_RETURN_IF_ERROR(send_all(c, {r}, MsgKey{c.comm_id(), op.seq, kResyncSub}, m));
+  }
+  st.resyncs += ranks.size();
   return Status::Ok();
 }
 
@@ -676,30 +761,43 @@ Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const 
     rs.need_resync.clear();
   }
   const bool full = !rs.enc->has_state();
+  const uint64_t base = rs.enc->version();
+  if (full) rs.retained.clear();
   OpHeader h;
   h.kind = kSparse;
   h.flags = full ? kOpFull : 0;
   h.root = root;
   for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
-  std::set<int> resync = full ? std::set<int>{} : rs.need_resync;
-  for (int r : resync) h.resync.push_back(r);
+  std::map<int, uint64_t> resync = full ? std::map<int, uint64_t>{} : rs.need_resync;
+  for (auto [r, holds] : resync) h.resync.push_back(r);
   SPARROW_RETURN_IF_ERROR(send_all(c, kids, MsgKey{c.comm_id(), op.seq, 0}, share(h.encode())));
   std::vector<const void*> src;
   for (auto& b : bufs) src.push_back(b.send);
   kernels::cpu::EncodeStats es;
   const double te = now_s();
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(c, rs, src, kids, op.seq, &es));
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> frames;
+  const bool retain = rs.retained.enabled() && !full;
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(c, rs, src, kids, op.seq, &es, retain ? &frames : nullptr));
   const double encode_s = now_s() - te;
+  if (retain) {
+    Status kept = rs.retained.add(frames);
+    if (!kept.ok()) SPARROW_WARN("%s (catch-ups fall back to snapshots)", kept.message().c_str());
+  }
   // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
   // were sent when those calls returned, so this rarely waits): a rank that refused one of them
   // expects its full snapshot in this operation, the very next one.
   if (!full) {
     Status late = drain_acks(c, 0);
     if (result.ok()) result = late;
-    resync.insert(rs.need_resync.begin(), rs.need_resync.end());
+    for (auto [r, holds] : rs.need_resync) resync[r] = holds;
   }
   rs.need_resync.clear();
-  SPARROW_RETURN_IF_ERROR(send_resyncs(c, rs, src, op.seq, resync));
+  SPARROW_RETURN_IF_ERROR(send_resyncs(c, rs, src, op, base, resync));
+  if (rs.retained.wants_anchor(rs.enc->version())) {
+    auto snap = rs.enc->snapshot(src);
+    Status a = snap.ok() ? rs.retained.add_anchor(rs.enc->version(), snap.value()) : snap.status();
+    if (!a.ok()) SPARROW_WARN("%s", a.message().c_str());
+  }
   // The root's own receive buffer gets the data too (not in place).
   for (auto& b : bufs)
     if (b.recv && b.recv != b.send && b.count)

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "bootstrap/bootstrap.h"
+#include "collectives/retain.h"
 #include "core/status.h"
 #include "kernels/cpu/delta.h"
 #include "topology/probe.h"
@@ -27,13 +28,16 @@ struct CollState {
   struct Root {
     std::vector<kernels::cpu::TensorSpec> layout;
     std::unique_ptr<kernels::cpu::DeltaEncoder> enc;
-    std::set<int> need_resync;  // ranks that get a full snapshot at the next operation
+    // Ranks that get a resync at the next operation, with the version each holds (0: unknown or
+    // written to: a full snapshot; else the retained deltas from it, when smaller).
+    std::map<int, uint64_t> need_resync;
+    coll::RetainedSteps retained;
   };
   struct Recv {
     std::vector<kernels::cpu::TensorSpec> layout;
     kernels::cpu::ReceiverState st;
-    // The last operation was refused (the buffer did not hold its base version) and the root was
-    // asked for a full snapshot: the next operation brings one, and this rank expects it.
+    // The last operation was refused or failed here, and the root was asked for a resync: the next
+    // operation brings one (a snapshot, or the deltas this rank missed), and this rank expects it.
     bool stale = false;
   };
   struct PendingAck {
@@ -50,6 +54,7 @@ struct CollState {
   std::string last_tree_logged;  // INFO logs a tree once, not at every call
   struct Stats {
     uint64_t ops = 0, resyncs = 0;
+    uint64_t catchups = 0, catchup_bytes = 0;  // resyncs by retained deltas instead of a snapshot
     uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
     double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
     bool full = false;

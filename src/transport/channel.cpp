@@ -66,6 +66,21 @@ Status Mailbox::failure() const {
   return failed_;
 }
 
+size_t Mailbox::discard_before(uint64_t comm, uint64_t seq) {
+  std::lock_guard<std::mutex> lk(mu_);
+  size_t n = 0;
+  for (auto it = entries_.lower_bound(MsgKey{comm, 0, 0}); it != entries_.end() && it->first.comm == comm && it->first.seq < seq;) {
+    const Entry& e = it->second;
+    if (e.got == e.total && e.claimed == e.got && !e.ext) {  // whole, and no frame is being written
+      it = entries_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
 double Mailbox::observed_bandwidth() const {
   std::lock_guard<std::mutex> lk(mu_);
   return bw_;

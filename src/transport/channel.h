@@ -30,6 +30,9 @@ class Mailbox : public FrameSink {
   // Every current and future wait fails with `why` (peer lost, abort). First failure wins.
   void fail(const Status& why);
   Status failure() const;
+  // Drops the messages of communicator `comm` older than operation `seq` that arrived whole and that
+  // nobody took (an operation this rank gave up on, a resync it no longer waits for).
+  size_t discard_before(uint64_t comm, uint64_t seq);
   // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).
   double observed_bandwidth() const;
 

@@ -45,6 +45,13 @@ class Net {
   void abort(const Status& why);
   Status aborted() const;
   double observed_bandwidth(int peer) const { return mail_[peer]->observed_bandwidth(); }
+  // Mailbox::discard_before on every peer's mailbox; the number of messages dropped.
+  size_t discard_before(uint64_t comm, uint64_t seq) {
+    size_t n = 0;
+    for (auto& m : mail_)
+      if (m) n += m->discard_before(comm, seq);
+    return n;
+  }
 
  private:
   Net() = default;

@@ -229,6 +229,93 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCal
   EXPECT_EQ(dst[2], src);
 }
 
+// A receiver that gave up on five steps in a row (each call timed out: the root came later) holds
+// the version before them; its next call catches it up by the five deltas the root retained plus that
+// step's own, composed and written once: bit-exact, with no full snapshot, in about five deltas' bytes.
+// Staged, the same. One that was also written to meanwhile is refused and repaired by a snapshot.
+TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
+  ASSERT_TRUE(params::set_override("TIMEOUT_S", "1").ok());
+  ASSERT_TRUE(params::set_override("ALGO", "flat").ok());
+  Comms cs(3);
+  const size_t count = 1 << 21;
+  std::vector<uint16_t> src(count);
+  uint64_t s = 3;
+  for (auto& v : src) v = uint16_t(0x3c00 + test::rng_next(s) % 2048);
+  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
+  auto call = [&](int r) {
+    return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16, 0, cs.c[r], nullptr);
+  };
+  uint64_t seed = 100;
+  auto step = [&](bool with2) {
+    gen::mutate_exact(src.data(), count, 2, 0.01, seed++);
+    return cs.run([&](int r) { return r == 2 && !with2 ? sparrowSuccess : call(r); });
+  };
+  auto miss = [&](int k) {  // rank 2 gives up on k steps: each of its calls times out before the root's
+    for (int i = 0; i < k; ++i) {
+      ASSERT_EQ(call(2), sparrowTimeout) << sparrowGetLastError(cs.c[2]);
+      auto rc = step(false);
+      ASSERT_EQ(rc[0], sparrowSuccess) << sparrowGetLastError(cs.c[0]);
+      ASSERT_EQ(rc[1], sparrowSuccess) << sparrowGetLastError(cs.c[1]);
+    }
+  };
+  for (int i = 0; i < 2; ++i)
+    for (auto x : step(true)) ASSERT_EQ(x, sparrowSuccess);
+  const auto held = dst[2];
+  miss(5);
+  EXPECT_EQ(dst[2], held) << "a rank that timed out keeps its version";
+  auto rc = step(true);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+  ASSERT_EQ(dst[2], src);
+  ASSERT_EQ(dst[1], src);
+  sparrowStats root, late;
+  sparrowCommGetStats(cs.c[0], &root);
+  sparrowCommGetStats(cs.c[2], &late);
+  // (The root sent one at each of its calls after the first miss; rank 2 had given up on those.)
+  EXPECT_GE(root.catchUps, 1u);
+  EXPECT_EQ(late.catchUps, 1u);
+  EXPECT_EQ(late.resyncs, 1u);
+  const double ratio = double(late.catchUpBytes) / double(root.wireBytes);
+  EXPECT_GT(ratio, 4.0) << "five deltas";
+  EXPECT_LE(ratio, 6.0) << "a rank five steps behind catches up within six deltas' bytes";
+  std::printf("caught up 5 steps with %llu bytes = %.2f x one delta (%llu bytes; dense %llu)\n",
+              (unsigned long long)late.catchUpBytes, ratio, (unsigned long long)root.wireBytes,
+              (unsigned long long)root.denseBytes);
+  rc = step(true);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess);
+  ASSERT_EQ(dst[2], src);
+
+  // Staged: the catch-up happens in the background; the buffer changes only at the commit.
+  miss(1);
+  const auto before = dst[2];
+  gen::mutate_exact(src.data(), count, 2, 0.01, seed++);
+  rc = cs.run([&](int r) {
+    if (r != 2) return call(r);
+    sparrowResult_t x = sparrowSparseBcastStage(nullptr, dst[2].data(), count, sparrowBfloat16, 0, cs.c[2], nullptr);
+    if (x != sparrowSuccess) return x;
+    return sparrowStageCommit(cs.c[2]);
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+  EXPECT_NE(dst[2], before);
+  ASSERT_EQ(dst[2], src);
+  sparrowCommGetStats(cs.c[2], &late);
+  EXPECT_EQ(late.catchUps, 2u);
+
+  // Behind and written to: the deltas cannot repair that; the call is refused, the next one repairs.
+  miss(1);
+  dst[2][777] ^= 0x40;
+  const auto scribbled = dst[2];
+  rc = step(true);
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  ASSERT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(cs.c[2]);
+  EXPECT_EQ(dst[2], scribbled);
+  rc = step(true);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+  ASSERT_EQ(dst[2], src);
+  sparrowCommGetStats(cs.c[2], &late);
+  EXPECT_EQ(late.catchUps, 2u) << "the repair was a full snapshot";
+  EXPECT_EQ(late.resyncs, 3u);
+}
+
 // Realistic steps of a group (a model's tensors): receivers scribble on elements the step changes,
 // on ones it does not, on several tensors at once, several ranks at once. No call ever reports success
 // unless that rank's every tensor equals the root's, bit for bit; a refused rank is untouched and the

@@ -221,6 +221,6 @@ Status ApplySession::prepare_chain(std::span<const std::span<const uint8_t>> in,
   return Status::Ok();
 }
 
-uint64_t ApplySession::base_version() const { return im_->have_header ? im_->h.base_version : 0; }
+uint64_t ApplySession::base_version() const { return im_->h.base_version; }
 
 }  // namespace sparrow::kernels::cpu

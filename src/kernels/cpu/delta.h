@@ -181,7 +181,7 @@ class ApplySession {
   // either the version they held or the last one, never one in between. `owners` keep the bytes alive.
   Status prepare_chain(std::span<const std::span<const uint8_t>> links,
                        std::vector<std::shared_ptr<const std::vector<uint8_t>>> owners);
-  // The base version of the checkpoint begun (0 before begin()): tells a receiver that is behind
+  // The base version of the checkpoint whose header arrived (0 before): tells a receiver that is behind
   // (it holds an older version) from one whose buffer changed.
   uint64_t base_version() const;
   // Memory held for the staged chunks (positions and values of sparse ones, frames of dense ones).
