@@ -48,6 +48,7 @@ std::vector<Block> make_blocks(const std::vector<TensorSpec>& ts, uint32_t ce) {
 struct EncScratch {
   std::vector<uint32_t> pos;
   std::vector<uint8_t> oldv, newv, idx, val, best, zs, host;  // host: a device chunk's bytes
+  std::vector<uint8_t> base;  // adopt_view: the chunk's base bytes (extraction refreshes them here)
 };
 
 void merge(EncodeStats& a, const EncodeStats& b) {
@@ -104,6 +105,7 @@ void DeltaEncoder::free_device_shadow() {
 }
 
 void DeltaEncoder::reset() {
+  borrowed_.clear();
   have_shadow_ = false;
   shadow_.clear();
   free_device_shadow();
@@ -148,11 +150,41 @@ Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, 
     if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
     if (tensors_[t].count && !base[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
     if (tensors_[t].count && is_device(device_ops(), base[t])) return InvalidArgument("adopt: host buffers only");
+    // One pass: each block is copied into the shadow and digested there while it is in cache.
     const uint8_t* p = static_cast<const uint8_t*>(base[t]);
-    shadow_[t].assign(p, p + tensors_[t].bytes());
-    digests_[t] = format::digest_tensor(uint32_t(t), p, tensors_[t].count, tensors_[t].elem_size(), th);
+    const uint32_t es = tensors_[t].elem_size();
+    const uint64_t n = tensors_[t].count, per = uint64_t(1) << 16;
+    shadow_[t].resize(tensors_[t].bytes());
+    uint8_t* sh = shadow_[t].data();
+    std::vector<uint64_t> part(size_t((n + per - 1) / per), 0);
+    parallel_for(part.size(), th, [&](size_t b, int) {
+      const uint64_t first = b * per, cnt = std::min(per, n - first);
+      memcpy(sh + first * es, p + first * es, size_t(cnt) * es);
+      part[b] = format::digest_range(uint32_t(t), sh + first * es, first, cnt, es);
+    });
+    digests_[t] = 0;
+    for (uint64_t d : part) digests_[t] += d;
   }
   dshadow_.assign(tensors_.size(), nullptr);
+  version_ = version;
+  have_shadow_ = true;
+  return Status::Ok();
+}
+
+Status DeltaEncoder::adopt_view(std::span<const void* const> base, uint64_t version) {
+  if (base.size() != tensors_.size())
+    return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
+                           std::to_string(base.size()) + " buffers");
+  if (version == 0) return InvalidArgument("adopt: version 0 is reserved for 'never sent'");
+  reset();
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
+    if (tensors_[t].count && !base[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
+    if (tensors_[t].count && is_device(device_ops(), base[t])) return InvalidArgument("adopt: host buffers only");
+    borrowed_.push_back(static_cast<const uint8_t*>(base[t]));
+  }
+  dshadow_.assign(tensors_.size(), nullptr);
+  digests_.assign(tensors_.size(), 0);  // computed by the encode, in the same pass
   version_ = version;
   have_shadow_ = true;
   return Status::Ok();
@@ -228,6 +260,8 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     hd.tensors.push_back(std::move(e));
   }
   const bool streaming = on_header && on_chunk;
+  const bool view = !borrowed_.empty() && !full;  // adopt_view: base digests come out of this pass
+  if (view && streaming) return Error(Code::kInvalidUsage, "an encoder that adopted a view cannot stream");
   if (streaming) {
     std::vector<uint8_t> h;
     format::write_header(hd, h);
@@ -235,6 +269,7 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   }
   std::atomic<uint64_t> streamed{0}, streamed_bytes{0};
   std::vector<Block> blocks = make_blocks(tensors_, ce);
+  std::vector<uint64_t> base_dig(view ? blocks.size() : 0, 0);
   std::vector<std::vector<uint8_t>> frames(blocks.size());
   std::vector<uint64_t> dig(blocks.size(), 0);
   std::vector<EncodeStats> wstats(threads);
@@ -247,9 +282,15 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
     const uint32_t es = tensors_[b.tensor].elem_size();
     const bool dv = on_dev[b.tensor];
     const uint8_t* cur = static_cast<const uint8_t*>(current[b.tensor]) + b.begin * es;
-    uint8_t* sh = !keep_shadow_ ? nullptr
-                  : dv          ? static_cast<uint8_t*>(dshadow_[b.tensor]) + b.begin * es
-                                : shadow_[b.tensor].data() + b.begin * es;
+    uint8_t* sh = !keep_shadow_ || view ? nullptr
+                  : dv                  ? static_cast<uint8_t*>(dshadow_[b.tensor]) + b.begin * es
+                                        : shadow_[b.tensor].data() + b.begin * es;
+    if (view) {  // the base is the caller's (read-only): a copy of the chunk, digested while in cache
+      EncScratch& sc = scratch[w];
+      sc.base.assign(borrowed_[b.tensor] + b.begin * es, borrowed_[b.tensor] + (b.begin + b.n) * es);
+      base_dig[bi] = format::digest_range(b.tensor, sc.base.data(), b.begin, b.n, es);
+      sh = sc.base.data();
+    }
     const uint8_t* dcur = cur;  // the device address (for a device buffer, cur becomes a host copy)
     EncodeStats& ws = wstats[w];
     EncScratch& s = scratch[w];
@@ -415,6 +456,12 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   });
   if (!first_error.ok()) return first_error.context("encoding version " + std::to_string(version_ + 1));
 
+  if (view) {
+    digests_.assign(tensors_.size(), 0);
+    for (size_t i = 0; i < blocks.size(); ++i) digests_[blocks[i].tensor] += base_dig[i];
+    for (size_t t = 0; t < tensors_.size(); ++t) hd.tensors[t].base_digest = digests_[t];
+    borrowed_.clear();
+  }
   std::vector<uint64_t> nd(tensors_.size(), 0);
   if (!full) nd = digests_;
   size_t total = 0, nchunks = 0;
@@ -456,7 +503,7 @@ Status DeltaEncoder::encode_impl(std::span<const void* const> current, const Enc
   *st = agg;
   digests_ = std::move(nd);
   version_++;
-  have_shadow_ = keep_shadow_;
+  have_shadow_ = keep_shadow_ && !view;  // a view's encoder holds no shadow afterwards
   SPARROW_TRACE("encoded version %llu (%s): %llu changes in %llu chunks, %llu -> %llu bytes",
                (unsigned long long)version_, full ? "full" : "delta", (unsigned long long)agg.changes,
                (unsigned long long)agg.chunks, (unsigned long long)agg.dense_bytes, (unsigned long long)agg.wire_bytes);

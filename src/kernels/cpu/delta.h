@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/big_alloc.h"
 #include "core/status.h"
 #include "format/checkpoint.h"
 #include "kernels/cpu/extract.h"
@@ -85,6 +86,10 @@ class DeltaEncoder {
   // Takes `base` (host buffers) as the last version produced, numbered `version`, without encoding
   // it: the next encode() is the delta from it (how a step between two files on disk is made).
   Status adopt(std::span<const void* const> base, uint64_t version, int threads = 0);
+  // adopt() without the copy, for one encode (sparrow-ckpt diff): `base` is read, never written, and
+  // must stay valid and unchanged until the next encode(), which computes the base digests in the
+  // same pass as the extraction (non-streaming only). Afterwards the encoder holds no state.
+  Status adopt_view(std::span<const void* const> base, uint64_t version);
   bool has_state() const { return have_shadow_; }
   uint64_t version() const { return version_; }
   const std::vector<uint64_t>& digests() const { return digests_; }
@@ -95,7 +100,8 @@ class DeltaEncoder {
                      std::vector<uint8_t>& out, const FrameFn* on_header = nullptr, const FrameFn* on_chunk = nullptr);
   std::vector<TensorSpec> tensors_;
   void free_device_shadow();
-  std::vector<std::vector<uint8_t>> shadow_;   // host buffers
+  std::vector<BigBytes> shadow_;               // host buffers
+  std::vector<const uint8_t*> borrowed_;       // adopt_view: the caller's base, until the next encode
   std::vector<void*> dshadow_;                 // device buffers (null for host ones)
   bool dshadow_host_ = false;                  // dshadow_ is pinned host memory
   DeviceOps* dev_ = nullptr;                   // backend that owns dshadow_

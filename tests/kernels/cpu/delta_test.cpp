@@ -365,6 +365,31 @@ TEST(Delta, BrokenChainsAreRefusedUntouched) {
   EXPECT_EQ(p.state.version, 5u);
 }
 
+// adopt_view (sparrow-ckpt diff): the caller's base is read in place, never written, and the step is
+// byte-identical to the one adopt() (a copy) leads to.
+TEST(Delta, AdoptViewEncodesTheSameStepWithoutTouchingTheBase) {
+  auto layout = mixed_layout();
+  Pair a(layout);
+  std::vector<std::vector<uint8_t>> base = a.root;
+  std::vector<const void*> bp;
+  for (auto& b : base) bp.push_back(b.data());
+  a.mutate(0.02, 31);
+  DeltaEncoder copy(layout), view(layout);
+  ASSERT_TRUE(copy.adopt(bp, 7).ok());
+  ASSERT_TRUE(view.adopt_view(bp, 7).ok());
+  const auto untouched = base;
+  auto x = copy.encode(a.src(), small_chunks());
+  auto y = view.encode(a.src(), small_chunks());
+  ASSERT_TRUE(x.ok() && y.ok()) << y.status().message();
+  EXPECT_EQ(x.value(), y.value());
+  EXPECT_EQ(base, untouched) << "the view is only read";
+  EXPECT_FALSE(view.has_state()) << "one encode per view";
+  DeltaEncoder streamed(layout);
+  ASSERT_TRUE(streamed.adopt_view(bp, 7).ok());
+  auto none = [](std::vector<uint8_t>&&) {};
+  EXPECT_EQ(streamed.encode_stream(a.src(), small_chunks(), nullptr, none, none).status().code(), Code::kInvalidUsage);
+}
+
 TEST(Delta, LayoutMismatchIsInvalidUsage) {
   Pair p({{"w", 9, 100}});
   auto ck = p.encode().value();

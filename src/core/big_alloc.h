@@ -1,0 +1,53 @@
+// An allocator for large byte buffers (the encoder's shadow of the model): memory from mmap with
+// transparent huge pages requested (one page fault per 2 MiB instead of per 4 KiB when the kernel
+// allows it, "madvise" mode included), and elements left uninitialised on resize (the buffer is
+// always written before it is read, so no zero-filling pass over gigabytes).
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace sparrow {
+
+template <class T>
+struct BigAlloc {
+  using value_type = T;
+  static constexpr size_t kMmapFrom = size_t(4) << 20;
+  BigAlloc() = default;
+  template <class U>
+  BigAlloc(const BigAlloc<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kMmapFrom) return static_cast<T*>(::operator new(bytes));
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    ::madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kMmapFrom) ::operator delete(p);
+    else ::munmap(p, bytes);
+  }
+  template <class U>
+  void construct(U* p) {
+    ::new (static_cast<void*>(p)) U;  // default-initialisation: no zeroing
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  template <class U>
+  bool operator==(const BigAlloc<U>&) const { return true; }
+};
+
+using BigBytes = std::vector<uint8_t, BigAlloc<uint8_t>>;
+
+}  // namespace sparrow
