@@ -1,14 +1,16 @@
 #include "transport/auth.h"
 
-#include <openssl/crypto.h>
+#if SPARROW_HAVE_OPENSSL
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#endif
 #include <sys/random.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "format/bits.h"
+#include "transport/sha256.h"
 
 namespace sparrow::transport::auth {
 namespace {
@@ -19,12 +21,20 @@ constexpr uint64_t kWelcomeMagic = 0x454d4f4357525053ull;    // "SPRWCOME"
 std::array<uint8_t, 32> hmac(const std::vector<uint8_t>& key, const std::vector<const std::vector<uint8_t>*>& parts) {
   std::vector<uint8_t> msg;
   for (auto* p : parts) msg.insert(msg.end(), p->begin(), p->end());
+  return hmac_sha256(key, msg);
+}
+}  // namespace
+
+std::array<uint8_t, 32> hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> msg) {
+#if SPARROW_HAVE_OPENSSL
   std::array<uint8_t, 32> out{};
   unsigned int len = 32;
   HMAC(EVP_sha256(), key.data(), int(key.size()), msg.data(), msg.size(), out.data(), &len);
   return out;
+#else
+  return hmac_sha256_builtin(key, msg);
+#endif
 }
-}  // namespace
 
 std::array<uint8_t, kHelloBytes> Hello::encode() const {
   std::vector<uint8_t> v;
@@ -93,7 +103,7 @@ Result<uint32_t> check_challenge(const std::vector<uint8_t>& secret, const uint8
   if (format::load_u64(ch) != kChallengeMagic) return Error(Code::kAuthError, "peer did not answer with a sparrow challenge");
   std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes), head(ch, ch + 32);
   auto mac = hmac(secret, {&label, &h, &head});
-  if (CRYPTO_memcmp(mac.data(), ch + 32, 32) != 0)
+  if (!equal_ct(mac.data(), ch + 32, 32))
     return Error(Code::kAuthError, "peer failed to prove it knows the communicator secret");
   return format::load_u32(ch + 8);
 }
@@ -108,7 +118,7 @@ std::array<uint8_t, kProofBytes> make_proof(const std::vector<uint8_t>& secret, 
 bool check_proof(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* challenge,
                  const uint8_t* proof) {
   auto want = make_proof(secret, hello, challenge);
-  return CRYPTO_memcmp(want.data(), proof, kProofBytes) == 0;
+  return equal_ct(want.data(), proof, kProofBytes);
 }
 
 std::array<uint8_t, kWelcomeBytes> welcome() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <span>
 #include <cstdint>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct Hello {
   static Result<Hello> decode(const uint8_t* p);
 };
 
+// HMAC-SHA256: OpenSSL's libcrypto when the build found it, else the built-in one (sha256.h).
+std::array<uint8_t, 32> hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> msg);
 std::array<uint8_t, 16> random_nonce();
 Status random_bytes(void* out, size_t n);
 

@@ -9,7 +9,9 @@
 #include "format/bits.h"
 #include "transport/loopback/loopback.h"
 #include "transport/tcp/tcp_backend.h"
+#if SPARROW_HAVE_UCX
 #include "transport/ucx/ucx_backend.h"
+#endif
 
 namespace sparrow::transport {
 namespace {
@@ -37,7 +39,9 @@ void register_builtins_locked() {
   // TCP first: it works everywhere and is what this project measures against iperf3. UCX is selected
   // explicitly (SPARROW_TRANSPORT=ucx) until it beats TCP on the links at hand.
   registry().push_back({"tcp", 100, make_tcp_backend});
+#if SPARROW_HAVE_UCX
   if (ucx_available()) registry().push_back({"ucx", 50, make_ucx_backend});
+#endif
   registry().push_back({"loopback", 0, make_loopback_backend});
 }
 
@@ -98,6 +102,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
     for (auto& e : registry())
       if (e.name == name) f = e.f;
   }
+  if (!f && !SPARROW_HAVE_UCX && name.rfind("ucx", 0) == 0)
+    return InvalidArgument("transport '" + name + "': this build of sparrow has no UCX (configure it with libucx-dev installed)");
   if (!f) return InvalidArgument("unknown or unavailable transport '" + name + "'");
   return f(o);
 }

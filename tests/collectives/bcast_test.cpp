@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "format/checkpoint.h"
 #include "gen/generator.h"
 #include "kernels/device.h"
+#include "transport/transport.h"
 #include "harness/comm_harness.h"
 #include "harness/util.h"
 
@@ -24,6 +26,9 @@ class BcastTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     params::clear_overrides();
+    auto names = transport::backend_names();
+    if (std::find(names.begin(), names.end(), GetParam()) == names.end())
+      GTEST_SKIP() << "transport " << GetParam() << " not in this build";
     ASSERT_TRUE(params::set_override("PROBE_MS", "40").ok());
     ASSERT_TRUE(params::set_override("TRANSPORT", GetParam()).ok());
     ASSERT_TRUE(params::set_override("TIMEOUT_S", "60").ok());
