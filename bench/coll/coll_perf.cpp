@@ -9,13 +9,22 @@
 //   --model NAME --layers N --vocab N --steps N   realistic RL steps instead of -b/-e (sparse mode)
 //   --json    one JSON object per row                              --scenario FILE (default $WANEMU_SCENARIO)
 //   --stage   receivers use sparrowSparseBcastStage + sparrowStageCommit; the commit is timed apart
+//   --progress  every rank prints a progress line each second while a call runs (long steps)
+// With --json each row carries "per_rank": every rank's last step as sparrowCommGetStatsJson gives it
+// (stage times, bytes per peer) plus the CPU seconds (user + system) its process spent in that call.
 #include <getopt.h>
+#include <sys/resource.h>
 #include <mpi.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,8 +55,85 @@ struct Opts {
   double density = 0.01;
   std::string impl = "sparrow", model, scenario;
   bool stage = false;  // receivers stage each step and commit it once ready (commit timed apart)
+  bool progress = false;
   int64_t layers = 1, vocab = 2048;
 };
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// --progress: a line per second while this rank is inside a collective.
+class ProgressLine {
+ public:
+  ProgressLine(sparrowComm_t c, int rank) : c_(c), rank_(rank), t_([this] { run(); }) {}
+  ~ProgressLine() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lk(mu_);
+    double since = -1;
+    while (!cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; })) {
+      unsigned long long got = 0, sent = 0;
+      int in = 0;
+      sparrowCommGetProgress(c_, &got, &sent, &in);
+      const double now = bench::now();
+      if (!in) {
+        since = -1;
+        continue;
+      }
+      if (since < 0) since = now - 1;
+      fprintf(stderr, "[rank %d] in a collective for %.0f s: %.1f MB received, %.1f MB sent\n", rank_, now - since,
+              got / 1e6, sent / 1e6);
+    }
+  }
+  sparrowComm_t c_;
+  int rank_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread t_;
+};
+
+// Every rank's JSON for its last call, gathered at the root as one array (text).
+std::string gather_rank_json(sparrowComm_t comm, int rank, int n, int root, double cpu_s) {
+  std::string mine = "{}";
+  if (comm) {
+    size_t need = 0;
+    sparrowCommGetStatsJson(comm, nullptr, 0, &need);
+    std::string j(need, '\0');
+    if (sparrowCommGetStatsJson(comm, j.data(), j.size(), &need) == sparrowSuccess) {
+      j.resize(need - 1);
+      mine = j;
+    }
+  }
+  char cpu[64];
+  snprintf(cpu, sizeof cpu, "\"cpu_s\":%.4f,", cpu_s);
+  mine.insert(1, cpu);
+  int len = int(mine.size());
+  std::vector<int> lens(n), offs(n);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, MPI_COMM_WORLD);
+  std::string all;
+  if (rank == root) {
+    int total = 0;
+    for (int r = 0; r < n; ++r) offs[r] = total, total += lens[r];
+    all.resize(size_t(total));
+  }
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, root, MPI_COMM_WORLD);
+  if (rank != root) return "";
+  std::string out = "[";
+  for (int r = 0; r < n; ++r) out += (r ? "," : "") + all.substr(size_t(offs[r]), size_t(lens[r]));
+  return out + "]";
+}
 
 const char* kTypes[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16"};
 
@@ -99,7 +185,7 @@ int main(int argc, char** argv) {
   std::string self = argv[0];
   o.sparse = self.find("sparse") != std::string::npos;
   static option longopts[] = {{"impl", 1, 0, 'I'}, {"stage", 0, 0, 'G'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
-                              {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
+                              {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'}, {"progress", 0, 0, 'P'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
                               {"density", 1, 0, 'D'}, {0, 0, 0, 0}};
   const char* prog = o.sparse ? "sparse_bcast_perf" : "broadcast_perf";
   bool got_e = false;
@@ -129,6 +215,7 @@ int main(int argc, char** argv) {
       case 'L': o.layers = args::integer(prog, "--layers", optarg, 1, 1000); break;
       case 'V': o.vocab = args::integer(prog, "--vocab", optarg, 1, 1 << 24); break;
       case 'J': o.json = true; break;
+      case 'P': o.progress = true; break;
       case 'S': o.scenario = optarg; break;
       case 'h':
         printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
@@ -141,7 +228,9 @@ int main(int argc, char** argv) {
                "  --model NAME    realistic RL steps of data/models/NAME.json, --layers N (1), --vocab N (2048)\n"
                "  --scenario FILE wanemu scenario for the lower bound (default $WANEMU_SCENARIO)\n"
                "  --stage         receivers stage each step and commit it once ready; the commit is timed on its own\n"
-               "  --json          one JSON object per row\n"
+               "  --json          one JSON object per row, with every rank's last step (stage times, bytes per\n"
+               "                  peer, CPU seconds) under \"per_rank\"\n"
+               "  --progress      every rank prints a line each second while it is inside a collective\n"
                "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
                argv[0]);
         return 0;
@@ -295,11 +384,15 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
     }
-    double tsum = 0, wire = 0, dens = 0, csum = 0;
+    double tsum = 0, wire = 0, dens = 0, csum = 0, cpu_last = 0;
+    std::unique_ptr<ProgressLine> progress;
+    if (o.progress && comm) progress = std::make_unique<ProgressLine>(comm, rank);
     for (int it = 0; it < o.iters; ++it) {
       if (o.sparse) mutate();
       int rc = 0;
+      const double cpu0 = cpu_seconds();
       double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc);
+      cpu_last = cpu_seconds() - cpu0;
       if (rc) {
         if (rc > 0) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
         exit_code = 1;
@@ -331,6 +424,8 @@ int main(int argc, char** argv) {
       int mine = h != h0;
       MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, o.root, MPI_COMM_WORLD);
     }
+    progress.reset();
+    const std::string per_rank = o.json ? gather_rank_json(comm, rank, n, o.root, cpu_last) : "";
     if (rank == o.root) {
       double t = tsum / o.iters, w = wire / o.iters, d = dens / o.iters;
       double algbw = double(bytes) / t / 1e9;
@@ -345,13 +440,13 @@ int main(int argc, char** argv) {
                  o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, kTypes[o.dtype],
                  o.root, t * 1e6, algbw, algbw, wrong, d, w, double(bytes) / w, bnd * 1e6, bnd > 0 ? t / bnd : 0.0,
                  o.model.c_str(), o.scenario.c_str());
-        if (o.stage) {  // append the staging figures to the JSON object
-          line[strlen(line) - 1] = 0;
-          printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f}\n", line, csum / o.iters * 1e6,
+        line[strlen(line) - 1] = 0;  // the object goes on
+        if (o.stage)
+          printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f", line, csum / o.iters * 1e6,
                  csum / o.iters / t);
-        } else {
-          printf("%s\n", line);
-        }
+        else
+          printf("%s", line);
+        printf(", \"per_rank\": %s}\n", per_rank.empty() ? "[]" : per_rank.c_str());
       } else {
         printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, kTypes[o.dtype], o.root, t * 1e6, algbw,
                algbw, wrong);

@@ -179,6 +179,31 @@ typedef struct {
 } sparrowStats;
 sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* stats);
 
+/* One peer's traffic during the last operation on this communicator, as this rank saw it. */
+typedef struct {
+  int rank;
+  unsigned long long bytesSent;      /* handed to the transport for this peer */
+  unsigned long long bytesReceived;  /* arrived from this peer */
+  double firstByteSeconds;           /* first byte received from it, seconds after the call began (-1: none) */
+  double lastByteSeconds;            /* last byte received from it (-1: none) */
+  double receiveBytesPerSecond;      /* bytesReceived over (last - first byte); 0 when not measurable */
+  double rttSeconds;                 /* round trip measured by the start-up probe (-1: not measured for this pair) */
+} sparrowPeerStats;
+/* The peers this rank exchanged data with in the last operation, by increasing rank: writes at most
+ * maxPeers entries and sets *npeers to how many there are. */
+sparrowResult_t sparrowCommGetPeerStats(sparrowComm_t comm, sparrowPeerStats* peers, int maxPeers, int* npeers);
+/* Progress of the collective running now, or of the last one: bytes received and sent by this rank
+ * since it began, and whether one is running (*inCall). Safe to call from another thread while a
+ * collective runs (a progress bar, a watchdog); any argument may be NULL. */
+sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsigned long long* bytesReceived,
+                                       unsigned long long* bytesSent, int* inCall);
+/* The last operation as one JSON object: role, bytes, the stage-by-stage timing (extract, encode,
+ * first byte, last byte, verify, decode, commit, total; seconds, null where a stage is not this
+ * rank's) and the peers. Writes at most len bytes including the terminating NUL and sets *needed (if
+ * not NULL) to the length it needs; buf NULL with len 0 only asks for that length;
+ * sparrowInvalidArgument when buf is too small. */
+sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char* buf, size_t len, size_t* needed);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

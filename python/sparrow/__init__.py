@@ -15,6 +15,7 @@ library's message. See docs/python.md.
 
 from __future__ import annotations
 
+import json
 import contextlib
 import os
 import socket
@@ -399,6 +400,23 @@ class Communicator:
         stage_pending, stage_ready, stage_bytes_received, staged_bytes; catch_ups and catch_up_bytes
         (cumulative: resyncs by the deltas a rank missed instead of a snapshot)."""
         return self._alive().stats()
+
+    def peer_stats(self) -> List[Dict[str, Any]]:
+        """Per peer this rank exchanged data with in the last operation: rank, bytes_sent,
+        bytes_received, first_byte_s and last_byte_s (seconds after the call began; -1: none),
+        receive_Bps, rtt_s (from the start-up probe; -1: not measured)."""
+        return self._alive().peer_stats()
+
+    def progress(self) -> Dict[str, Any]:
+        """bytes_received and bytes_sent since the running (or last) collective began, and in_call.
+        Callable from another thread while a collective runs (the binding releases the GIL in it)."""
+        return self._alive().progress()
+
+    def stage_times(self) -> Dict[str, Any]:
+        """The last operation stage by stage, as sparrowCommGetStatsJson gives it: role, bytes and
+        seconds for extract, encode, first_byte, last_byte, verify, decode, commit, total (None where
+        a stage is not this rank's), and the peers."""
+        return json.loads(self._alive().stats_json())
 
     def async_error(self) -> Optional[Error]:
         """The first asynchronous error (lost peer, timeout, abort) as an exception object, or None."""

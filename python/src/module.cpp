@@ -114,6 +114,44 @@ class Comm {
     d["catch_up_bytes"] = s.catchUpBytes;
     return d;
   }
+  py::list peer_stats() const {
+    py::list out;
+    int n = 0;
+    if (!c_ || sparrowCommGetPeerStats(c_, nullptr, 0, &n) != sparrowSuccess || n == 0) return out;
+    std::vector<sparrowPeerStats> v(static_cast<size_t>(n));
+    if (sparrowCommGetPeerStats(c_, v.data(), n, &n) != sparrowSuccess) return out;
+    for (int i = 0; i < n && i < int(v.size()); ++i) {
+      py::dict d;
+      d["rank"] = v[i].rank;
+      d["bytes_sent"] = v[i].bytesSent;
+      d["bytes_received"] = v[i].bytesReceived;
+      d["first_byte_s"] = v[i].firstByteSeconds;
+      d["last_byte_s"] = v[i].lastByteSeconds;
+      d["receive_Bps"] = v[i].receiveBytesPerSecond;
+      d["rtt_s"] = v[i].rttSeconds;
+      out.append(d);
+    }
+    return out;
+  }
+  py::dict progress() const {  // safe while another thread is in a collective: no GIL needed for it
+    py::dict d;
+    unsigned long long got = 0, sent = 0;
+    int in = 0;
+    if (c_) sparrowCommGetProgress(c_, &got, &sent, &in);
+    d["bytes_received"] = got;
+    d["bytes_sent"] = sent;
+    d["in_call"] = bool(in);
+    return d;
+  }
+  std::string stats_json() const {
+    size_t need = 0;
+    if (!c_) return "{}";
+    sparrowCommGetStatsJson(c_, nullptr, 0, &need);
+    std::string j(need, '\0');
+    if (sparrowCommGetStatsJson(c_, j.data(), j.size(), &need) != sparrowSuccess) return "{}";
+    j.resize(need ? need - 1 : 0);
+    return j;
+  }
   int destroy() {
     if (!c_) return int(sparrowSuccess);
     sparrowComm_t c = c_;
@@ -178,6 +216,9 @@ PYBIND11_MODULE(_sparrow, m) {
       .def("async_error", &Comm::async_error)
       .def("last_error", &Comm::last_error)
       .def("stats", &Comm::stats)
+      .def("peer_stats", &Comm::peer_stats)
+      .def("progress", &Comm::progress)
+      .def("stats_json", &Comm::stats_json)
       .def("destroy", &Comm::destroy)
       .def("abort", &Comm::abort);
 }

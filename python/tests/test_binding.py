@@ -94,6 +94,33 @@ def test_dense_broadcast_and_stats_keys(ranks):
     assert st["dense_bytes"] == src.numel() * 4
 
 
+def test_peer_stats_progress_and_stage_times(ranks):
+    rs = ranks(3)
+    src = torch.arange(1 << 18, dtype=torch.float32)
+    dst = [src.clone() if r == 0 else torch.zeros_like(src) for r in range(3)]
+    for step in range(2):
+        if step:
+            src[::97] += 1
+            dst[0].copy_(src)
+        res = rs.call(lambda c, r: c.sparse_broadcast(dst[r], root=0))
+        for r in range(3):
+            assert not isinstance(res[r], Exception), res[r]
+            assert torch.equal(dst[r], src)
+    wire = rs.comms[0].stats()["wire_bytes"]
+    sent = {p["rank"]: p for p in rs.comms[0].peer_stats()}
+    assert set(sent) <= {1, 2} and sent, sent  # the root's children in this tree
+    assert sum(p["bytes_sent"] for p in sent.values()) >= wire
+    st = rs.comms[2].stage_times()
+    assert st["role"] == "receiver" and st["op"] == 2
+    secs = st["seconds"]
+    assert secs["extract"] is None and secs["first_byte"] is not None
+    assert 0 <= secs["first_byte"] <= secs["last_byte"] and secs["commit"] is not None
+    assert st["peers"] and all(p["received"] >= 0 for p in st["peers"])
+    assert rs.comms[0].stage_times()["role"] == "root"
+    pr = rs.comms[2].progress()
+    assert pr["in_call"] is False and pr["bytes_received"] >= wire
+
+
 def test_group_is_one_step_and_weight_sync(ranks):
     rs = ranks(3)
     torch.manual_seed(0)

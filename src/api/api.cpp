@@ -2,10 +2,12 @@
 #include "sparrow/sparrow.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "api/api_internal.h"
 #include "bootstrap/bootstrap.h"
@@ -288,6 +290,96 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowSt
   out->stagedBytes = p.staged_bytes;
   out->catchUps = st.catchups;
   out->catchUpBytes = st.catchup_bytes;
+  return sparrowSuccess;
+}
+
+namespace {
+
+double peer_rtt(sparrow::Comm& c, int peer) {
+  const auto& p = c.probe();
+  const int me = c.rank();
+  if (me == p.root && peer < int(p.rtt_s.size())) return p.rtt_s[peer];
+  if (peer == p.root && me < int(p.rtt_s.size())) return p.rtt_s[me];
+  return -1;
+}
+
+std::vector<sparrowPeerStats> peer_stats(sparrow::Comm& c) {
+  std::vector<sparrowPeerStats> v;
+  const auto& peers = c.coll().stats.peers;
+  for (int r = 0; r < int(peers.size()); ++r) {
+    const auto& p = peers[r];
+    if (!p.sent && !p.received) continue;
+    sparrowPeerStats s{};
+    s.rank = r;
+    s.bytesSent = p.sent;
+    s.bytesReceived = p.received;
+    s.firstByteSeconds = p.first_s;
+    s.lastByteSeconds = p.last_s;
+    s.receiveBytesPerSecond = p.last_s > p.first_s && p.first_s >= 0 ? double(p.received) / (p.last_s - p.first_s) : 0;
+    s.rttSeconds = peer_rtt(c, r);
+    v.push_back(s);
+  }
+  return v;
+}
+
+std::string json_num(double x) {
+  if (x < 0) return "null";
+  char b[64];
+  snprintf(b, sizeof b, "%.6g", x);
+  return b;
+}
+
+std::string stats_json(sparrow::Comm& c) {
+  const auto& st = c.coll().stats;
+  auto n = [](unsigned long long v) { return std::to_string(v); };
+  std::string j = "{\"rank\":" + std::to_string(c.rank()) + ",\"op\":" + n(st.ops) + ",\"role\":\"" +
+                  (st.ops == 0 ? "none" : st.root ? "root" : "receiver") + "\",\"full\":" + (st.full ? "true" : "false") +
+                  ",\"dense_bytes\":" + n(st.dense_bytes) + ",\"wire_bytes\":" + n(st.wire_bytes) +
+                  ",\"changed\":" + n(st.changed) + ",\"density\":" + json_num(st.density) +
+                  ",\"resyncs\":" + n(st.resyncs) + ",\"catch_ups\":" + n(st.catchups) + ",\"seconds\":{" +
+                  "\"extract\":" + json_num(st.root ? st.extract_s : -1) + ",\"encode\":" + json_num(st.root ? st.encode_s : -1) +
+                  ",\"first_byte\":" + json_num(st.first_byte_s) + ",\"last_byte\":" + json_num(st.last_byte_s) +
+                  ",\"verify\":" + json_num(st.verify_s) + ",\"decode\":" + json_num(st.decode_s) +
+                  ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"peers\":[";
+  bool first = true;
+  for (const auto& p : peer_stats(c)) {
+    j += std::string(first ? "" : ",") + "{\"rank\":" + std::to_string(p.rank) + ",\"sent\":" + n(p.bytesSent) +
+         ",\"received\":" + n(p.bytesReceived) + ",\"first_byte\":" + json_num(p.firstByteSeconds) +
+         ",\"last_byte\":" + json_num(p.lastByteSeconds) + ",\"receive_Bps\":" + json_num(p.receiveBytesPerSecond) +
+         ",\"rtt\":" + json_num(p.rttSeconds) + "}";
+    first = false;
+  }
+  return j + "]}";
+}
+
+}  // namespace
+
+SPARROW_EXPORT sparrowResult_t sparrowCommGetPeerStats(sparrowComm_t comm, sparrowPeerStats* peers, int maxPeers, int* npeers) {
+  if (!comm || !npeers || maxPeers < 0 || (maxPeers > 0 && !peers))
+    return invalid("sparrowCommGetPeerStats: NULL argument or negative maxPeers");
+  auto v = peer_stats(*comm->impl);
+  for (int i = 0; i < maxPeers && i < int(v.size()); ++i) peers[i] = v[i];
+  *npeers = int(v.size());
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsigned long long* bytesReceived,
+                                                      unsigned long long* bytesSent, int* inCall) {
+  if (!comm) return invalid("sparrowCommGetProgress: NULL communicator");
+  auto& c = *comm->impl;
+  if (bytesReceived) *bytesReceived = c.net().bytes_received();
+  if (bytesSent) *bytesSent = c.net().bytes_sent();
+  if (inCall) *inCall = c.coll().in_call.load() > 0 ? 1 : 0;
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char* buf, size_t len, size_t* needed) {
+  if (!comm || (len && !buf)) return invalid("sparrowCommGetStatsJson: NULL argument");
+  const std::string j = stats_json(*comm->impl);
+  if (needed) *needed = j.size() + 1;
+  if (!buf && len == 0) return sparrowSuccess;  // asking for the size only
+  if (len < j.size() + 1) return invalid("sparrowCommGetStatsJson: buffer too small (see *needed)");
+  memcpy(buf, j.c_str(), j.size() + 1);
   return sparrowSuccess;
 }
 

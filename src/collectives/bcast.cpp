@@ -235,6 +235,27 @@ Status drain_acks(Comm& c, size_t window) {
   return first;
 }
 
+// Marks a collective running on this communicator (for sparrowCommGetProgress) while in scope.
+struct InCall {
+  Comm& c;
+  explicit InCall(Comm& c_) : c(c_) { c.coll().in_call++; }
+  ~InCall() { c.coll().in_call--; }
+};
+
+// The traffic of the operation that just ended, and (for a receiver) its first and last byte from
+// its parent; the stage times are set by the caller.
+void record_traffic(Comm& c, int parent) {
+  auto& st = c.coll().stats;
+  st.peers.resize(size_t(c.nranks()));
+  for (int r = 0; r < c.nranks(); ++r) st.peers[r] = r == c.rank() ? transport::Net::PeerTraffic{} : c.net().traffic(r);
+  st.root = parent < 0;
+  st.extract_s = st.first_byte_s = st.last_byte_s = st.verify_s = st.decode_s = st.commit_s = -1;
+  if (parent >= 0) {
+    st.first_byte_s = st.peers[parent].first_s;
+    st.last_byte_s = st.peers[parent].last_s;
+  }
+}
+
 bool same_layout(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](const TensorSpec& x, const TensorSpec& y) { return x.count == y.count && x.dtype == y.dtype; });
@@ -264,6 +285,8 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
 
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
+  InCall busy(c);
+  c.net().begin_traffic();
   const int me = c.rank();
   const auto d = c.deadline();
   const double t0 = now_s();
@@ -377,6 +400,7 @@ Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       if (result.ok()) result = op.result;
     }
   }
+  record_traffic(c, me == root || ops.empty() ? -1 : ops[0].t.parent[me]);
   auto& st = c.coll().stats;
   st.ops++;
   st.dense_bytes = st.wire_bytes = 0;
@@ -490,6 +514,7 @@ struct SparseOp {
 };
 
 Result<SparseOp> begin_sparse(Comm& c, const std::vector<BufferArg>& bufs, int root) {
+  c.net().begin_traffic();
   SparseOp op;
   op.seq = c.next_seq();
   for (size_t i = 0; i < bufs.size(); ++i) {
@@ -544,7 +569,11 @@ class SparseReceiver {
     // Expect a snapshot next time exactly when this step was refused and one was asked for; a
     // snapshot that failed starts over (the next delta is refused and asks again).
     if (rv_ && (result.ok() || need_resync_ || resync_)) rv_->stale = need_resync_;
+    record_traffic(c_, parent_);
     auto& st = c_.coll().stats;
+    st.verify_s = as.verify_seconds;
+    st.decode_s = as.decode_seconds;
+    st.commit_s = as.write_seconds;
     st.ops++;
     if (resynced_) st.resyncs++;
     if (resynced_ && catchup_bytes_) {
@@ -813,7 +842,9 @@ Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const 
     SPARROW_RETURN_IF_ERROR(send_verdict(c, op.seq, agree));
     if (result.ok()) result = agree;
   }
+  record_traffic(c, -1);
   auto& st = c.coll().stats;
+  st.extract_s = es.extract_seconds;
   st.ops++;
   st.dense_bytes = es.dense_bytes;
   st.wire_bytes = es.wire_bytes;
@@ -837,6 +868,7 @@ Status no_stage_pending(Comm& c) {
 
 Status sparse_bcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
+  InCall busy(c);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(c, bufs, root));
   if (c.rank() == root) return sparse_root(c, bufs, root, op);
   SparseReceiver rx(c, bufs, root, op, false);

@@ -58,7 +58,14 @@ struct CollState {
     uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
     double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
     bool full = false;
+    // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (CPU
+    // seconds over its worker threads); a receiver's first and last byte from its parent (since
+    // its call began), base verification, decoding, and the commit (the writes).
+    bool root = false;
+    double extract_s = -1, first_byte_s = -1, last_byte_s = -1, verify_s = -1, decode_s = -1, commit_s = -1;
+    std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
   } stats;
+  std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
 };
 
 class Comm {

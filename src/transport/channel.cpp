@@ -39,6 +39,11 @@ void Mailbox::frame_end(Conn*, const FrameHeader& h) {
   if (it == entries_.end()) return;
   Entry& e = it->second;
   e.got += h.len;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  t_bytes_ += h.len;
+  int64_t none = -1;
+  t_first_.compare_exchange_strong(none, now);
+  t_last_ = now;
   if (e.got == e.total) {
     double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
     if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);

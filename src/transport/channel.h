@@ -3,6 +3,7 @@
 // whichever connection has drained its queue, so one slow stream never gates the rest).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -33,6 +34,18 @@ class Mailbox : public FrameSink {
   // Drops the messages of communicator `comm` older than operation `seq` that arrived whole and that
   // nobody took (an operation this rank gave up on, a resync it no longer waits for).
   size_t discard_before(uint64_t comm, uint64_t seq);
+  // This peer's frames since the last reset_traffic(): bytes, and when (steady clock, ns) the first
+  // and the last of them ended (-1: none). Readable from any thread.
+  struct Traffic {
+    uint64_t bytes = 0;
+    int64_t first_ns = -1, last_ns = -1;
+  };
+  Traffic traffic() const { return {t_bytes_.load(), t_first_.load(), t_last_.load()}; }
+  void reset_traffic() {
+    t_bytes_ = 0;
+    t_first_ = -1;
+    t_last_ = -1;
+  }
   // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).
   double observed_bandwidth() const;
 
@@ -60,6 +73,8 @@ class Mailbox : public FrameSink {
   int streams_ = 1;
   std::set<Conn*> closed_;  // connections the peer closed
   double bw_ = 0;  // EWMA, bytes/s
+  std::atomic<uint64_t> t_bytes_{0};
+  std::atomic<int64_t> t_first_{-1}, t_last_{-1};
 };
 
 // A send in flight; done when every fragment was handed to the network (or failed).

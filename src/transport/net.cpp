@@ -23,6 +23,8 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->accepted_.resize(nranks);
   n->chans_.resize(nranks);
   for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams));
+  n->sent_ = std::make_unique<std::atomic<uint64_t>[]>(size_t(nranks));
+  n->begin_traffic();
   BackendOptions bo;
   bo.identity = id;
   SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());
@@ -146,7 +148,45 @@ Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline 
   SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
   Status f = mail_[peer]->failure();
   if (!f.ok()) return f;
+  sent_[peer] += p.len;
   return ch->send(k, std::move(p));
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void Net::begin_traffic() {
+  traffic_t0_ns_ = steady_ns();
+  for (int r = 0; r < nranks_; ++r) {
+    sent_[r] = 0;
+    mail_[r]->reset_traffic();
+  }
+}
+
+Net::PeerTraffic Net::traffic(int peer) const {
+  PeerTraffic t;
+  t.sent = sent_[peer].load();
+  const Mailbox::Traffic m = mail_[peer]->traffic();
+  t.received = m.bytes;
+  const int64_t t0 = traffic_t0_ns_.load();
+  if (m.first_ns >= 0) t.first_s = std::max(0.0, double(m.first_ns - t0) * 1e-9);
+  if (m.last_ns >= 0) t.last_s = std::max(0.0, double(m.last_ns - t0) * 1e-9);
+  return t;
+}
+
+uint64_t Net::bytes_sent() const {
+  uint64_t n = 0;
+  for (int r = 0; r < nranks_; ++r) n += sent_[r].load();
+  return n;
+}
+
+uint64_t Net::bytes_received() const {
+  uint64_t n = 0;
+  for (int r = 0; r < nranks_; ++r) n += mail_[r]->traffic().bytes;
+  return n;
 }
 
 Result<std::vector<uint8_t>> Net::recv(int peer, const MsgKey& k, Deadline d) {

@@ -2,6 +2,7 @@
 // striping Channel per peer, established on first use (the lower rank connects, the higher accepts).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,16 @@ class Net {
   void abort(const Status& why);
   Status aborted() const;
   double observed_bandwidth(int peer) const { return mail_[peer]->observed_bandwidth(); }
+  // Per-peer traffic of the current operation: begin_traffic() (at the start of each collective)
+  // sets the counters to zero; traffic() reads them, from any thread. Times are seconds since then.
+  struct PeerTraffic {
+    uint64_t sent = 0, received = 0;
+    double first_s = -1, last_s = -1;  // first and last byte received from the peer (-1: none)
+  };
+  void begin_traffic();
+  PeerTraffic traffic(int peer) const;
+  uint64_t bytes_sent() const;      // this operation, to every peer
+  uint64_t bytes_received() const;  // this operation, from every peer
   // Mailbox::discard_before on every peer's mailbox; the number of messages dropped.
   size_t discard_before(uint64_t comm, uint64_t seq) {
     size_t n = 0;
@@ -70,6 +81,8 @@ class Net {
   std::vector<std::unique_ptr<Channel>> chans_;
   std::set<int> connecting_;  // peers a thread is connecting to right now
   Status aborted_;
+  std::unique_ptr<std::atomic<uint64_t>[]> sent_;  // [peer], since begin_traffic()
+  std::atomic<int64_t> traffic_t0_ns_{0};
 };
 
 }  // namespace sparrow::transport

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -319,6 +320,84 @@ TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
   sparrowCommGetStats(cs.c[2], &late);
   EXPECT_EQ(late.catchUps, 2u) << "the repair was a full snapshot";
   EXPECT_EQ(late.resyncs, 3u);
+}
+
+// What a rank can see of a step: per peer, its bytes and first/last byte; while a call runs, its
+// progress from another thread; afterwards the stage-by-stage timing as JSON.
+TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
+  ASSERT_TRUE(params::set_override("ALGO", "flat").ok());
+  Comms cs(3);
+  const size_t count = 1 << 20;
+  std::vector<uint16_t> src(count);
+  uint64_t s = 9;
+  for (auto& v : src) v = uint16_t(0x3c00 + test::rng_next(s) % 1024);
+  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
+  auto call = [&](int r) {
+    return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16, 0, cs.c[r], nullptr);
+  };
+  for (auto x : cs.run(call)) ASSERT_EQ(x, sparrowSuccess);
+  gen::mutate_exact(src.data(), count, 2, 0.01, 77);
+  // Rank 2 starts first; a watcher sees its call running before the root even begins.
+  std::atomic<bool> seen{false};
+  unsigned long long during = 0;
+  std::thread watcher([&] {
+    int in = 0;
+    while (!in) ASSERT_EQ(sparrowCommGetProgress(cs.c[2], &during, nullptr, &in), sparrowSuccess);
+    seen = true;
+  });
+  std::thread late([&] { EXPECT_EQ(call(2), sparrowSuccess); });
+  watcher.join();
+  ASSERT_TRUE(seen);
+  auto rc = cs.run([&](int r) { return r == 2 ? sparrowSuccess : call(r); });
+  late.join();
+  for (auto x : rc) ASSERT_EQ(x, sparrowSuccess);
+  ASSERT_EQ(dst[2], src);
+  unsigned long long got = 0, sent = 0;
+  int in = 1;
+  ASSERT_EQ(sparrowCommGetProgress(cs.c[2], &got, &sent, &in), sparrowSuccess);
+  EXPECT_EQ(in, 0);
+  sparrowStats st;
+  sparrowCommGetStats(cs.c[0], &st);
+  EXPECT_GE(got, st.wireBytes) << "the receiver got the whole step";
+  // The root sent the step to both receivers; each received it from the root.
+  sparrowPeerStats ps[4];
+  int n = 0;
+  ASSERT_EQ(sparrowCommGetPeerStats(cs.c[0], ps, 4, &n), sparrowSuccess);
+  ASSERT_EQ(n, 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(ps[i].rank, i + 1);
+    EXPECT_GE(ps[i].bytesSent, st.wireBytes);
+    EXPECT_LT(ps[i].bytesSent, st.wireBytes + 4096);
+  }
+  sparrowStats rst;
+  sparrowCommGetStats(cs.c[1], &rst);
+  ASSERT_EQ(sparrowCommGetPeerStats(cs.c[1], ps, 4, &n), sparrowSuccess);
+  ASSERT_GE(n, 1);
+  EXPECT_EQ(ps[0].rank, 0);
+  EXPECT_GE(ps[0].bytesReceived, st.wireBytes);
+  EXPECT_GE(ps[0].firstByteSeconds, 0);
+  EXPECT_GE(ps[0].lastByteSeconds, ps[0].firstByteSeconds);
+  EXPECT_LE(ps[0].lastByteSeconds, rst.totalSeconds + 0.05);
+  EXPECT_GT(ps[0].rttSeconds, 0) << "rank 0 probed this pair";
+  ASSERT_EQ(sparrowCommGetPeerStats(cs.c[1], nullptr, 0, &n), sparrowSuccess) << "counting only";
+  EXPECT_EQ(sparrowCommGetPeerStats(cs.c[1], nullptr, 2, &n), sparrowInvalidArgument);
+  // JSON: the receiver's stages in order, the root's extraction and encoding.
+  size_t need = 0;
+  EXPECT_EQ(sparrowCommGetStatsJson(cs.c[1], nullptr, 0, &need), sparrowSuccess) << "the size only";
+  ASSERT_GT(need, 10u);
+  char small[8];
+  EXPECT_EQ(sparrowCommGetStatsJson(cs.c[1], small, sizeof small, &need), sparrowInvalidArgument);
+  std::string j(need, '\0');
+  ASSERT_EQ(sparrowCommGetStatsJson(cs.c[1], j.data(), j.size(), &need), sparrowSuccess);
+  for (const char* k : {"\"role\":\"receiver\"", "\"first_byte\":", "\"last_byte\":", "\"verify\":", "\"decode\":",
+                        "\"commit\":", "\"extract\":null", "\"peers\":[{\"rank\":0"})
+    EXPECT_NE(j.find(k), std::string::npos) << k << " in " << j;
+  ASSERT_EQ(sparrowCommGetStatsJson(cs.c[0], nullptr, 0, &need), sparrowSuccess);
+  std::string rj(need, '\0');
+  ASSERT_EQ(sparrowCommGetStatsJson(cs.c[0], rj.data(), rj.size(), nullptr), sparrowSuccess);
+  EXPECT_NE(rj.find("\"role\":\"root\""), std::string::npos) << rj;
+  EXPECT_EQ(rj.find("\"extract\":null"), std::string::npos) << rj;
+  EXPECT_NE(rj.find("\"first_byte\":null"), std::string::npos) << rj;
 }
 
 // Realistic steps of a group (a model's tensors): receivers scribble on elements the step changes,
