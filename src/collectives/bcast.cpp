@@ -286,7 +286,6 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
 Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(c));
   InCall busy(c);
-  c.net().begin_traffic();
   const int me = c.rank();
   const auto d = c.deadline();
   const double t0 = now_s();
@@ -307,6 +306,7 @@ Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
     SPARROW_ASSIGN_OR_RETURN(op.t, tree_for(c, root, double(op.bytes)));
     ops.push_back(std::move(op));
   }
+  if (!ops.empty()) c.net().begin_traffic(ops.front().seq, ops.back().seq);
   std::vector<SendRequestPtr> reqs;
   Status result;
   // Every operation's data first (pipelined in segments along its tree), then one round of
@@ -514,9 +514,9 @@ struct SparseOp {
 };
 
 Result<SparseOp> begin_sparse(Comm& c, const std::vector<BufferArg>& bufs, int root) {
-  c.net().begin_traffic();
   SparseOp op;
   op.seq = c.next_seq();
+  c.net().begin_traffic(op.seq, op.seq);
   for (size_t i = 0; i < bufs.size(); ++i) {
     op.layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
     op.key.push_back(c.rank() == root ? bufs[i].send : bufs[i].recv);

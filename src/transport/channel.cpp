@@ -40,10 +40,11 @@ void Mailbox::frame_end(Conn*, const FrameHeader& h) {
   Entry& e = it->second;
   e.got += h.len;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  t_bytes_ += h.len;
-  int64_t none = -1;
-  t_first_.compare_exchange_strong(none, now);
-  t_last_ = now;
+  Traffic& tr = traffic_[h.key.seq];
+  tr.bytes += h.len;
+  if (tr.first_ns < 0) tr.first_ns = now;
+  tr.last_ns = now;
+  if (traffic_.size() > 256) traffic_.erase(traffic_.begin());
   if (e.got == e.total) {
     double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
     if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);
@@ -69,6 +70,17 @@ void Mailbox::fail(const Status& why) {
 Status Mailbox::failure() const {
   std::lock_guard<std::mutex> lk(mu_);
   return failed_;
+}
+
+Mailbox::Traffic Mailbox::traffic(uint64_t seq_lo, uint64_t seq_hi) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  Traffic t;
+  for (auto it = traffic_.lower_bound(seq_lo); it != traffic_.end() && it->first <= seq_hi; ++it) {
+    t.bytes += it->second.bytes;
+    if (it->second.first_ns >= 0 && (t.first_ns < 0 || it->second.first_ns < t.first_ns)) t.first_ns = it->second.first_ns;
+    t.last_ns = std::max(t.last_ns, it->second.last_ns);
+  }
+  return t;
 }
 
 size_t Mailbox::discard_before(uint64_t comm, uint64_t seq) {

@@ -34,18 +34,14 @@ class Mailbox : public FrameSink {
   // Drops the messages of communicator `comm` older than operation `seq` that arrived whole and that
   // nobody took (an operation this rank gave up on, a resync it no longer waits for).
   size_t discard_before(uint64_t comm, uint64_t seq);
-  // This peer's frames since the last reset_traffic(): bytes, and when (steady clock, ns) the first
-  // and the last of them ended (-1: none). Readable from any thread.
+  // This peer's frames of operations seq_lo..seq_hi (of any communicator on this Net): bytes, and
+  // when (steady clock, ns) the first and the last of them ended (-1: none). The last 256 operations
+  // are kept. Readable from any thread.
   struct Traffic {
     uint64_t bytes = 0;
     int64_t first_ns = -1, last_ns = -1;
   };
-  Traffic traffic() const { return {t_bytes_.load(), t_first_.load(), t_last_.load()}; }
-  void reset_traffic() {
-    t_bytes_ = 0;
-    t_first_ = -1;
-    t_last_ = -1;
-  }
+  Traffic traffic(uint64_t seq_lo, uint64_t seq_hi) const;
   // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).
   double observed_bandwidth() const;
 
@@ -73,8 +69,7 @@ class Mailbox : public FrameSink {
   int streams_ = 1;
   std::set<Conn*> closed_;  // connections the peer closed
   double bw_ = 0;  // EWMA, bytes/s
-  std::atomic<uint64_t> t_bytes_{0};
-  std::atomic<int64_t> t_first_{-1}, t_last_{-1};
+  std::map<uint64_t, Traffic> traffic_;  // by operation sequence number
 };
 
 // A send in flight; done when every fragment was handed to the network (or failed).

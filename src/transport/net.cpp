@@ -23,8 +23,7 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->accepted_.resize(nranks);
   n->chans_.resize(nranks);
   for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams));
-  n->sent_ = std::make_unique<std::atomic<uint64_t>[]>(size_t(nranks));
-  n->begin_traffic();
+  n->sent_.resize(size_t(nranks));
   BackendOptions bo;
   bo.identity = id;
   SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());
@@ -148,7 +147,12 @@ Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline 
   SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
   Status f = mail_[peer]->failure();
   if (!f.ok()) return f;
-  sent_[peer] += p.len;
+  {
+    std::lock_guard<std::mutex> lk(sent_mu_);
+    auto& m = sent_[peer];
+    m[k.seq] += p.len;
+    if (m.size() > 256) m.erase(m.begin());
+  }
   return ch->send(k, std::move(p));
 }
 
@@ -158,18 +162,21 @@ int64_t steady_ns() {
 }
 }  // namespace
 
-void Net::begin_traffic() {
+void Net::begin_traffic(uint64_t seq_lo, uint64_t seq_hi) {
   traffic_t0_ns_ = steady_ns();
-  for (int r = 0; r < nranks_; ++r) {
-    sent_[r] = 0;
-    mail_[r]->reset_traffic();
-  }
+  seq_lo_ = seq_lo;
+  seq_hi_ = seq_hi;
 }
 
 Net::PeerTraffic Net::traffic(int peer) const {
   PeerTraffic t;
-  t.sent = sent_[peer].load();
-  const Mailbox::Traffic m = mail_[peer]->traffic();
+  const uint64_t lo = seq_lo_.load(), hi = seq_hi_.load();
+  {
+    std::lock_guard<std::mutex> lk(sent_mu_);
+    const auto& m = sent_[peer];
+    for (auto it = m.lower_bound(lo); it != m.end() && it->first <= hi; ++it) t.sent += it->second;
+  }
+  const Mailbox::Traffic m = mail_[peer]->traffic(lo, hi);
   t.received = m.bytes;
   const int64_t t0 = traffic_t0_ns_.load();
   if (m.first_ns >= 0) t.first_s = std::max(0.0, double(m.first_ns - t0) * 1e-9);
@@ -179,13 +186,13 @@ Net::PeerTraffic Net::traffic(int peer) const {
 
 uint64_t Net::bytes_sent() const {
   uint64_t n = 0;
-  for (int r = 0; r < nranks_; ++r) n += sent_[r].load();
+  for (int r = 0; r < nranks_; ++r) n += traffic(r).sent;
   return n;
 }
 
 uint64_t Net::bytes_received() const {
   uint64_t n = 0;
-  for (int r = 0; r < nranks_; ++r) n += mail_[r]->traffic().bytes;
+  for (int r = 0; r < nranks_; ++r) n += mail_[r]->traffic(seq_lo_.load(), seq_hi_.load()).bytes;
   return n;
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,13 +47,14 @@ class Net {
   void abort(const Status& why);
   Status aborted() const;
   double observed_bandwidth(int peer) const { return mail_[peer]->observed_bandwidth(); }
-  // Per-peer traffic of the current operation: begin_traffic() (at the start of each collective)
-  // sets the counters to zero; traffic() reads them, from any thread. Times are seconds since then.
+  // Per-peer traffic of the current operation: begin_traffic(seq_lo, seq_hi) (at the start of each
+  // collective: its operation numbers) selects the messages counted; traffic() reads them, from any
+  // thread. Times are seconds since begin_traffic() (0: it had arrived before).
   struct PeerTraffic {
     uint64_t sent = 0, received = 0;
     double first_s = -1, last_s = -1;  // first and last byte received from the peer (-1: none)
   };
-  void begin_traffic();
+  void begin_traffic(uint64_t seq_lo, uint64_t seq_hi);
   PeerTraffic traffic(int peer) const;
   uint64_t bytes_sent() const;      // this operation, to every peer
   uint64_t bytes_received() const;  // this operation, from every peer
@@ -81,7 +83,9 @@ class Net {
   std::vector<std::unique_ptr<Channel>> chans_;
   std::set<int> connecting_;  // peers a thread is connecting to right now
   Status aborted_;
-  std::unique_ptr<std::atomic<uint64_t>[]> sent_;  // [peer], since begin_traffic()
+  mutable std::mutex sent_mu_;
+  std::vector<std::map<uint64_t, uint64_t>> sent_;  // [peer][seq]: bytes handed to the transport
+  std::atomic<uint64_t> seq_lo_{0}, seq_hi_{0};
   std::atomic<int64_t> traffic_t0_ns_{0};
 };
 
