@@ -256,6 +256,25 @@ void record_traffic(Comm& c, int parent) {
   }
 }
 
+// SPARROW_DEBUG=INFO with SPARROW_DEBUG_SUBSYS=STEP: one line per step on every rank, with the bound
+// the start-up probe gives for it (wire bytes over the probed rate plus half the round trip).
+void log_step(Comm& c, const char* what) {
+  if (log::level() < log::Level::kInfo || !(log::subsystems() & log::kStep)) return;
+  const auto& st = c.coll().stats;
+  const auto& p = c.probe();
+  double bound = -1;
+  for (int r = 0; r < int(p.bw_Bps.size()) && r < c.nranks(); ++r) {
+    if (r == p.root || p.bw_Bps[r] <= 0 || p.rtt_s[r] < 0) continue;
+    if (!st.root && r != c.rank()) continue;  // a receiver: its own path; the root: the slowest
+    bound = std::max(bound, double(st.wire_bytes) / p.bw_Bps[r] + p.rtt_s[r] / 2);
+  }
+  char b[64] = "";
+  if (bound > 0) snprintf(b, sizeof b, ", %.2fx the probed bound %.1f ms", st.total_s / bound, bound * 1e3);
+  SPARROW_STEP("%s op %llu (%s): %llu -> %llu bytes%s, %.1f ms%s", what, (unsigned long long)st.ops,
+               st.root ? "root" : "receiver", (unsigned long long)st.dense_bytes, (unsigned long long)st.wire_bytes,
+               st.full ? ", full" : "", st.total_s * 1e3, b);
+}
+
 bool same_layout(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](const TensorSpec& x, const TensorSpec& y) { return x.count == y.count && x.dtype == y.dtype; });
@@ -414,6 +433,7 @@ Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
   st.encode_s = st.apply_s = 0;
   st.total_s = now_s() - t0;
   st.full = true;
+  log_step(c, "broadcast");
   return result;
 }
 
@@ -590,6 +610,7 @@ class SparseReceiver {
     st.encode_s = 0;
     st.full = full_;
     st.total_s = now_s() - t0_;
+    log_step(c_, result.ok() ? "sparse_bcast" : "sparse_bcast (failed)");
     return result;
   }
 
@@ -854,6 +875,7 @@ Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const 
   st.encode_s = encode_s;
   st.apply_s = 0;
   st.total_s = now_s() - t0;
+  log_step(c, "sparse_bcast");
   return result;
 }
 

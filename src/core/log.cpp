@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <mutex>
 
@@ -20,7 +21,13 @@ params::StringParam kDebugFile("DEBUG_FILE", "",
                                "Write the log to this file instead of stderr; %h is replaced by the host name, %p by "
                                "the process id (like NCCL_DEBUG_FILE).");
 
+params::StringParam kDebugSubsys("DEBUG_SUBSYS", "ALL",
+                                  "Subsystems logged at INFO and TRACE: a comma list of INIT, NET, COLL, TREE, CODEC, "
+                                  "STEP (a line per step on every rank), ALL; a leading ^ logs all but those. ALL "
+                                  "excludes STEP unless it is named.");
+
 std::atomic<int> g_level{-1};
+std::atomic<int64_t> g_subsys{-1};
 std::mutex g_mu;
 FILE* g_out = nullptr;
 
@@ -33,6 +40,48 @@ Level parse_level() {
 }
 
 }  // namespace
+
+unsigned parse_subsystems(std::string v) {
+  for (auto& ch : v) ch = char(toupper(static_cast<unsigned char>(ch)));
+  const bool invert = !v.empty() && v[0] == '^';
+  if (invert) v.erase(0, 1);
+  unsigned set = 0;
+  bool all = false;
+  size_t i = 0;
+  while (i <= v.size()) {
+    size_t j = v.find(',', i);
+    if (j == std::string::npos) j = v.size();
+    const std::string w = v.substr(i, j - i);
+    if (w == "INIT") set |= kInit;
+    else if (w == "NET") set |= kNet;
+    else if (w == "COLL") set |= kColl;
+    else if (w == "TREE") set |= kTree;
+    else if (w == "CODEC") set |= kCodec;
+    else if (w == "STEP") set |= kStep;
+    else if (w == "ALL") all = true;
+    i = j + 1;
+  }
+  const unsigned every = kInit | kNet | kColl | kTree | kCodec | kStep;
+  if (invert) return every & ~set;
+  return all ? (every & ~kStep) | set : set;
+}
+
+unsigned subsystems() {
+  int64_t s = g_subsys.load(std::memory_order_relaxed);
+  if (s < 0) {
+    s = parse_subsystems(kDebugSubsys.get());
+    g_subsys.store(s, std::memory_order_relaxed);
+  }
+  return unsigned(s);
+}
+
+unsigned subsystem_of(const char* file) {
+  if (strstr(file, "/transport/")) return kNet;
+  if (strstr(file, "/collectives/")) return kColl;
+  if (strstr(file, "topology/")) return kTree;
+  if (strstr(file, "/kernels/") || strstr(file, "/format/")) return kCodec;
+  return kInit;  // api, bootstrap, core, tools
+}
 
 std::string expand_log_path(const std::string& pattern, const std::string& host, int pid) {
   std::string out;
@@ -58,13 +107,12 @@ Level level() {
 
 void set_level(Level l) { g_level.store(static_cast<int>(l)); }
 
-void write(Level l, const char* file, int line, const char* fmt, ...) {
+namespace {
+void vwrite(Level l, unsigned sub, const char* file, int line, const char* fmt, va_list ap) {
   static const char* kNames[] = {"NONE", "WARN", "INFO", "TRACE"};
+  if (l > Level::kWarn && !(subsystems() & (sub ? sub : subsystem_of(file)))) return;
   char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   const char* base = strrchr(file, '/');
   base = base ? base + 1 : file;
   char host[64] = {0};
@@ -86,6 +134,21 @@ void write(Level l, const char* file, int line, const char* fmt, ...) {
   fprintf(g_out, "%s.%06ld %s:%d:%d sparrow %s %s:%d %s\n", ts, us, host, static_cast<int>(getpid()),
           static_cast<int>(gettid()), kNames[static_cast<int>(l)], base, line, msg);
   fflush(g_out);
+}
+}  // namespace
+
+void write(Level l, const char* file, int line, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite(l, 0, file, line, fmt, ap);
+  va_end(ap);
+}
+
+void write_sub(Level l, unsigned sub, const char* file, int line, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite(l, sub, file, line, fmt, ap);
+  va_end(ap);
 }
 
 }  // namespace sparrow::log

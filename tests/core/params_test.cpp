@@ -69,6 +69,22 @@ TEST(LogPath, HostAndPidAreExpanded) {
   EXPECT_EQ(log::expand_log_path("%x%%h", "h", 1), "%x%h");
 }
 
+TEST(LogSubsys, NcclStyleSelection) {
+  using namespace log;
+  const unsigned all = kInit | kNet | kColl | kTree | kCodec;
+  EXPECT_EQ(parse_subsystems("ALL"), all) << "steps only when asked for";
+  EXPECT_EQ(parse_subsystems("all,step"), all | kStep);
+  EXPECT_EQ(parse_subsystems("STEP"), unsigned(kStep));
+  EXPECT_EQ(parse_subsystems("init,net"), unsigned(kInit | kNet));
+  EXPECT_EQ(parse_subsystems("^net,step"), unsigned(kInit | kColl | kTree | kCodec));
+  EXPECT_EQ(parse_subsystems(""), 0u);
+  EXPECT_EQ(subsystem_of("/x/src/transport/tcp/tcp_backend.cpp"), unsigned(kNet));
+  EXPECT_EQ(subsystem_of("/x/src/collectives/bcast.cpp"), unsigned(kColl));
+  EXPECT_EQ(subsystem_of("/x/topology/tree.cpp"), unsigned(kTree));
+  EXPECT_EQ(subsystem_of("/x/src/kernels/cpu/apply.cpp"), unsigned(kCodec));
+  EXPECT_EQ(subsystem_of("/x/src/api/api.cpp"), unsigned(kInit));
+}
+
 TEST_F(ParamsTest, OverrideBeatsEnvironmentAndIsChecked) {
   setenv("SPARROW_TEST_INT", "7", 1);
   ASSERT_TRUE(set_override("TEST_INT", "9").ok());
