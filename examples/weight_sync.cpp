@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     printf("first sync (full version): %.2f s; dense broadcast of the model: %.2f s%s\n\n", t_first, t_dense,
            wrong ? "  WRONG BITS" : "");
-    printf("%5s %9s %10s %10s %8s %10s %10s %10s %9s %7s\n", "step", "density", "dense MB", "wire MB", "ratio", "sparse ms",
-           "dense ms", "bound ms", "x bound", "exact");
+    // (The dense broadcast is measured once, above, not per step.)
+    printf("%5s %9s %10s %10s %8s %10s %10s %9s %7s\n", "step", "density", "dense MB", "wire MB", "ratio", "sparse ms",
+           "bound ms", "x bound", "exact");
     fflush(stdout);
   }
   double sum_t = 0, sum_w = 0, sum_b = 0, sum_d = 0;
@@ -154,8 +155,8 @@ int main(int argc, char** argv) {
       sparrowStats st;
       sparrowCommGetStats(comm, &st);
       double bound = uplink > 0 ? double(st.wireBytes) / uplink + delay : 0;
-      printf("%5d %8.3f%% %10.1f %10.3f %7.0fx %10.1f %10.1f %10s %9s %7s\n", s, 100 * st.density, dense_bytes / 1e6,
-             st.wireBytes / 1e6, dense_bytes / double(st.wireBytes), t * 1e3, t_dense * 1e3,
+      printf("%5d %8.3f%% %10.1f %10.3f %7.0fx %10.1f %10s %9s %7s\n", s, 100 * st.density, dense_bytes / 1e6,
+             st.wireBytes / 1e6, dense_bytes / double(st.wireBytes), t * 1e3,
              bound > 0 ? std::to_string(int(bound * 1e3 + 0.5)).c_str() : "-",
              bound > 0 ? (std::to_string(t / bound).substr(0, 4) + "x").c_str() : "-", w ? "NO" : "yes");
       fflush(stdout);
@@ -171,7 +172,8 @@ int main(int argc, char** argv) {
     printf("  mean density            %.3f%%\n", 100 * sum_d / steps);
     printf("  dense / wire per step   %.1f MB / %.3f MB  (%.0fx smaller)\n", dense_bytes / 1e6, sum_w / steps / 1e6,
            dense_bytes * steps / sum_w);
-    printf("  sync time per step      sparse %.1f ms, dense %.1f ms  (%.1fx faster)\n", sum_t / steps * 1e3, t_dense * 1e3,
+    printf("  sync time per step      sparse %.1f ms; dense broadcast %.1f ms, measured once (%.1fx faster)\n",
+           sum_t / steps * 1e3, t_dense * 1e3,
            t_dense / (sum_t / steps));
     if (sum_b > 0) printf("  lower bound per step    %.1f ms  (sparse is %.2fx the bound)\n", sum_b / steps * 1e3, sum_t / sum_b);
     printf("  bit-exact on every worker, every step: %s\n", bad_steps ? "NO" : "yes");

@@ -38,6 +38,19 @@ constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u;
 constexpr size_t kAckWindow = 4;
 
+// Error messages name the messages of an operation ("the acknowledgement of operation 7").
+std::string name_key(const MsgKey& k) {
+  const std::string op = "operation " + std::to_string(k.seq);
+  switch (k.sub) {
+    case 0: return "header of " + op;
+    case kAckSub: return "acknowledgement of " + op;
+    case kResyncSub: return "resync (snapshot or missed deltas) of " + op;
+    case kVerdictSub: return "verdict on " + op;
+    default: return "part " + std::to_string(k.sub) + " of " + op;
+  }
+}
+[[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone

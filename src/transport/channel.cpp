@@ -111,8 +111,7 @@ Status Mailbox::wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, D
     if (cv_.wait_until(lk, d) == std::cv_status::timeout) {
       it = entries_.find(k);
       if (it != entries_.end() && it->second.got == it->second.total) return Status::Ok();
-      return Status(Code::kTimeout, "no message (op " + std::to_string(k.seq) + "." + std::to_string(k.sub) +
-                                        ") from " + peer_desc_ + " before the timeout");
+      return Status(Code::kTimeout, "no " + describe_key(k) + " from " + peer_desc_ + " before the timeout");
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <atomic>
 #include <mutex>
 
 #include "core/params.h"
@@ -76,6 +77,17 @@ Result<FrameHeader> FrameHeader::decode(const uint8_t in[kFrameHeaderBytes]) {
   h.len = format::load_u32(in + 48);
   if (h.offset > h.total || h.len > h.total - h.offset) return CorruptData("frame beyond its message");
   return h;
+}
+
+namespace {
+std::atomic<KeyNamer> g_namer{nullptr};
+}  // namespace
+
+void set_key_namer(KeyNamer f) { g_namer = f; }
+
+std::string describe_key(const MsgKey& k) {
+  if (KeyNamer f = g_namer.load()) return f(k);
+  return "message " + std::to_string(k.seq) + "." + std::to_string(k.sub);
 }
 
 void register_backend(const std::string& name, int priority, BackendFactory f) {

@@ -40,6 +40,12 @@ struct MsgKey {
   }
 };
 
+// What a message is, in words, for error messages ("the acknowledgement of operation 7 from ..."): the
+// layer that defines the sub-operations (the collectives) installs one; the default names the numbers.
+using KeyNamer = std::string (*)(const MsgKey& k);
+void set_key_namer(KeyNamer f);
+std::string describe_key(const MsgKey& k);
+
 struct FrameHeader {
   MsgKey key;
   uint32_t frag = 0;     // fragment index within the message
