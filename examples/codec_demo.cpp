@@ -36,7 +36,12 @@ int main(int argc, char** argv) {
       case 'v': go.vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
       case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
       case 'h':
-        printf("usage: sparrow-codec-demo [--model qwen3-8b] [--layers 1] [--vocab 18992] [--steps 5]\n");
+        printf("usage: sparrow-codec-demo [options]\n"
+               "Adam steps of a scaled model encoded as sparse deltas and applied to a worker's copy (one process).\n"
+               "  --model NAME   model shape: qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b or a config.json (qwen3-8b)\n"
+               "  --layers N     decoder layers kept, 1..1000 (1)\n"
+               "  --vocab N      embedding rows kept, 1..16M (18992)\n"
+               "  --steps N      steps after the first, full version, 1..100000 (5)\n");
         return 0;
       default: args::unknown(P, argv[optind - 1]);
     }

@@ -45,7 +45,13 @@ int main(int argc, char** argv) {
       case 'v': vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
       case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
       case 'h':
-        printf("usage: mpirun -np N sparrow-weight-sync [--model qwen3-4b] [--layers 1] [--vocab 1024] [--steps 10]\n");
+        printf("usage: mpirun -np N sparrow-weight-sync [options]\n"
+               "Rank 0 is the trainer, the others rollout workers: RL steps of a scaled model pushed with\n"
+               "sparrowSparseBcast, every worker's bits checked every step.\n"
+               "  --model NAME   model shape: qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3-14b or a config.json (qwen3-4b)\n"
+               "  --layers N     decoder layers kept, 1..1000 (1)\n"
+               "  --vocab N      embedding rows kept, 1..16M (1024)\n"
+               "  --steps N      RL steps after the first, full version, 1..100000 (10)\n");
         return 0;
       default: args::unknown(P, argv[optind - 1]);
     }

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       case 'h':
         printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
                "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
-               "          [--scenario FILE] [--json] [--stage]\n"
+               "          [--scenario FILE] [--json] [--stage] [--progress]\n"
                "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
                "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
                "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
