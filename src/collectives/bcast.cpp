@@ -688,6 +688,8 @@ class SparseReceiver {
       auto ms = share(std::move(m));
       SPARROW_RETURN_IF_ERROR(send_all(c_, kids_, MsgKey{c_.comm_id(), seq_, sub}, ms, &reqs_));
       wire_ += ms->size();
+      SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
+                    (unsigned long long)seq_, sub, ms->size(), parent_, kids_.size());
       if (resync_) held_.push_back(ms);  // this step's delta: the last link of a catch-up chain
       const bool is_footer = ms->size() >= 4 && format::load_u32(ms->data()) == format::kFooterMagic;
       if (is_footer) *footer_out = ms;
@@ -757,6 +759,8 @@ Status stream_checkpoint(Comm& c, CollState::Root& rs, const std::vector<const v
   Status send_err;
   auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
     auto m = share(std::move(frame));
+    SPARROW_TRACE("operation %llu: part %u (%zu bytes) to %zu child(ren)", (unsigned long long)seq, sub, m->size(),
+                  kids.size());
     Status s = send_all(c, kids, MsgKey{c.comm_id(), seq, sub}, m);
     std::lock_guard<std::mutex> lk(err_mu);
     if (!s.ok() && send_err.ok()) send_err = s;
