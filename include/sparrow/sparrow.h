@@ -83,6 +83,8 @@ sparrowResult_t sparrowCommDestroy(sparrowComm_t comm);
  * waiting), closes its connections and frees it. May be called from another thread to unblock one
  * that waits. */
 sparrowResult_t sparrowCommAbort(sparrowComm_t comm);
+/* After either, the handle is dead: every call with it (a second destroy included) returns
+ * sparrowInvalidUsage instead of touching freed memory. */
 
 sparrowResult_t sparrowCommCount(const sparrowComm_t comm, int* count);
 sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int* rank);

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <thread>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,11 +34,44 @@ struct sparrowComm {
 };
 
 namespace {
-struct InUse {
-  sparrowComm* c;
-  explicit InUse(sparrowComm* comm) : c(comm) { c->in_use.fetch_add(1); }
-  ~InUse() { c->in_use.fetch_sub(1); }
+// The handles sparrowCommInitRank made and that were not destroyed or aborted since: every call checks
+// its handle here, so a destroyed, aborted or foreign one is refused (kInvalidUsage), not dereferenced.
+std::mutex g_live_mu;
+std::set<const sparrowComm*> g_live;
+
+// A live handle, held for the duration of a call (sparrowCommAbort waits for the calls that hold it).
+class Pin {
+ public:
+  explicit Pin(sparrowComm* comm) {
+    std::lock_guard<std::mutex> lk(g_live_mu);
+    if (comm && g_live.count(comm)) {
+      c_ = comm;
+      c_->in_use.fetch_add(1);
+    }
+  }
+  ~Pin() {
+    if (c_) c_->in_use.fetch_sub(1);
+  }
+  Pin(const Pin&) = delete;
+  Pin& operator=(const Pin&) = delete;
+  explicit operator bool() const { return c_ != nullptr; }
+
+ private:
+  sparrowComm* c_ = nullptr;
 };
+
+// Takes the handle out of the live set; false if it was not in it.
+bool retire(sparrowComm* comm) {
+  std::lock_guard<std::mutex> lk(g_live_mu);
+  return g_live.erase(comm) > 0;
+}
+
+sparrow::Status dead_handle(const char* fn, const void* comm) {
+  return sparrow::Error(sparrow::Code::kInvalidUsage,
+                        std::string(fn) + (comm ? ": the communicator was destroyed or aborted (or is not one "
+                                                  "sparrowCommInitRank made)"
+                                                : ": comm is NULL"));
+}
 }  // namespace
 
 namespace sparrow {
@@ -82,6 +117,8 @@ sparrow::Status check_args(sparrowComm* comm, const void* sendbuff, void* recvbu
                            int root, sparrowStream_t stream, const char* fn) {
   std::string f = fn;
   if (!comm) return sparrow::InvalidArgument(f + ": comm is NULL");
+  Pin pin(comm);
+  if (!pin) return dead_handle(fn, comm);
   if (int(dt) < 0 || int(dt) > 9) return sparrow::InvalidArgument(f + ": unknown datatype " + std::to_string(int(dt)));
   if (root < 0 || root >= comm->impl->nranks())
     return sparrow::InvalidArgument(f + ": root " + std::to_string(root) + " out of range for " +
@@ -113,7 +150,12 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     if (done[i]) continue;
     sparrow::Status s;
-    InUse guard(ops[i].comm);
+    Pin guard(ops[i].comm);
+    if (!guard) {  // destroyed or aborted between the group's calls and its end
+      if (first == sparrowSuccess) first = fail(dead_handle("sparrowGroupEnd", ops[i].comm));
+      done[i] = true;
+      continue;
+    }
     // The broadcasts of one kind and one (communicator, root) in a group travel together: sparse ones
     // as one checkpoint, dense ones with one round of acknowledgements.
     std::vector<sparrow::coll::BufferArg> bufs;
@@ -172,20 +214,25 @@ SPARROW_EXPORT sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nran
   auto c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank);
   if (!c.ok()) return fail(c.status());
   *comm = new sparrowComm{std::move(c.value())};
+  std::lock_guard<std::mutex> lk(g_live_mu);
+  g_live.insert(*comm);
   return sparrowSuccess;
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowCommDestroy(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommDestroy: comm is NULL");
+  if (!retire(comm)) return fail(dead_handle("sparrowCommDestroy", comm));
   // Graceful: broadcasts this rank rooted were handed to the transport; let them arrive.
   sparrow::Status s = sparrow::coll::finish(*comm->impl);
   if (!s.ok()) SPARROW_INFO("sparrowCommDestroy: %s", s.to_string().c_str());
+  while (comm->in_use.load() > 0) std::this_thread::yield();  // another thread's call (a user error) ends first
   delete comm;
   return sparrowSuccess;
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowCommAbort(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommAbort: comm is NULL");
+  if (!retire(comm)) return fail(dead_handle("sparrowCommAbort", comm));
   comm->impl->abort();
   while (comm->in_use.load() > 0) std::this_thread::yield();  // they return promptly: every wait fails now
   delete comm;
@@ -194,18 +241,24 @@ SPARROW_EXPORT sparrowResult_t sparrowCommAbort(sparrowComm_t comm) {
 
 SPARROW_EXPORT sparrowResult_t sparrowCommCount(const sparrowComm_t comm, int* count) {
   if (!comm || !count) return invalid("sparrowCommCount: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommCount", comm));
   *count = comm->impl->nranks();
   return sparrowSuccess;
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int* rank) {
   if (!comm || !rank) return invalid("sparrowCommUserRank: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommUserRank", comm));
   *rank = comm->impl->rank();
   return sparrowSuccess;
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowCommGetAsyncError(sparrowComm_t comm, sparrowResult_t* asyncError) {
   if (!comm || !asyncError) return invalid("sparrowCommGetAsyncError: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetAsyncError", comm));
   *asyncError = static_cast<sparrowResult_t>(comm->impl->async_error().code());
   return sparrowSuccess;
 }
@@ -214,7 +267,7 @@ SPARROW_EXPORT sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recv
                                                 sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                 sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowBroadcast");
-  if (!s.ok()) return fail(s, comm);
+  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
   return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
@@ -227,7 +280,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* re
                                                   sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                   sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcast");
-  if (!s.ok()) return fail(s, comm);
+  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
   return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
@@ -235,12 +288,14 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, voi
                                                        sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                        sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcastStage");
-  if (!s.ok()) return fail(s, comm);
+  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
   return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream, true});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready) {
   if (!comm || !ready) return invalid("sparrowStageQuery: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowStageQuery", comm));
   auto p = sparrow::coll::stage_progress(*comm->impl);
   *ready = !p.pending || p.ready ? 1 : 0;
   return sparrowSuccess;
@@ -248,12 +303,15 @@ SPARROW_EXPORT sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready)
 
 SPARROW_EXPORT sparrowResult_t sparrowStageCommit(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowStageCommit: comm is NULL");
-  InUse guard(comm);
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowStageCommit", comm));
   return run(comm, sparrow::coll::stage_commit(*comm->impl));
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {
   if (!comm || !buff) return invalid("sparrowSparseBcastReset: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowSparseBcastReset", comm));
   return run(comm, sparrow::coll::sparse_reset(*comm->impl, buff));
 }
 
@@ -272,6 +330,8 @@ SPARROW_EXPORT sparrowResult_t sparrowGroupEnd(void) {
 
 SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* out) {
   if (!comm || !out) return invalid("sparrowCommGetStats: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetStats", comm));
   const auto& st = comm->impl->coll().stats;
   out->ops = st.ops;
   out->denseBytes = st.dense_bytes;
@@ -357,6 +417,8 @@ std::string stats_json(sparrow::Comm& c) {
 SPARROW_EXPORT sparrowResult_t sparrowCommGetPeerStats(sparrowComm_t comm, sparrowPeerStats* peers, int maxPeers, int* npeers) {
   if (!comm || !npeers || maxPeers < 0 || (maxPeers > 0 && !peers))
     return invalid("sparrowCommGetPeerStats: NULL argument or negative maxPeers");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetPeerStats", comm));
   auto v = peer_stats(*comm->impl);
   for (int i = 0; i < maxPeers && i < int(v.size()); ++i) peers[i] = v[i];
   *npeers = int(v.size());
@@ -366,6 +428,8 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetPeerStats(sparrowComm_t comm, sparr
 SPARROW_EXPORT sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsigned long long* bytesReceived,
                                                       unsigned long long* bytesSent, int* inCall) {
   if (!comm) return invalid("sparrowCommGetProgress: NULL communicator");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetProgress", comm));
   auto& c = *comm->impl;
   if (bytesReceived) *bytesReceived = c.net().bytes_received();
   if (bytesSent) *bytesSent = c.net().bytes_sent();
@@ -375,6 +439,8 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsign
 
 SPARROW_EXPORT sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char* buf, size_t len, size_t* needed) {
   if (!comm || (len && !buf)) return invalid("sparrowCommGetStatsJson: NULL argument");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetStatsJson", comm));
   const std::string j = stats_json(*comm->impl);
   if (needed) *needed = j.size() + 1;
   if (!buf && len == 0) return sparrowSuccess;  // asking for the size only
@@ -384,7 +450,9 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char*
 }
 
 SPARROW_EXPORT const char* sparrowGetLastError(sparrowComm_t comm) {
-  if (comm) t_last_error = comm->impl->last_error();
+  Pin pin(comm);
+  if (comm && !pin) t_last_error = dead_handle("sparrowGetLastError", comm).to_string();
+  else if (comm) t_last_error = comm->impl->last_error();
   return t_last_error.c_str();
 }
 

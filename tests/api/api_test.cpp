@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "sparrow/sparrow.h"
 
@@ -21,4 +22,32 @@ TEST(Api, NumberingMatchesNccl) {
   EXPECT_EQ(sparrowFloat16, 6);
   EXPECT_EQ(sparrowBfloat16, 9);
   EXPECT_EQ(sizeof(sparrowUniqueId), 128u);
+}
+
+// A destroyed or aborted handle is refused with sparrowInvalidUsage, never dereferenced.
+TEST(Api, DestroyedOrAbortedHandlesAreRefused) {
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  sparrowComm_t a = nullptr, b = nullptr;
+  ASSERT_EQ(sparrowCommInitRank(&a, 1, id, 0), sparrowSuccess) << sparrowGetLastError(nullptr);
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  ASSERT_EQ(sparrowCommInitRank(&b, 1, id, 0), sparrowSuccess) << sparrowGetLastError(nullptr);
+  int n = 0;
+  ASSERT_EQ(sparrowCommCount(a, &n), sparrowSuccess);
+  EXPECT_EQ(n, 1);
+  ASSERT_EQ(sparrowCommDestroy(a), sparrowSuccess);
+  EXPECT_EQ(sparrowCommDestroy(a), sparrowInvalidUsage) << "a second destroy";
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("destroyed or aborted"), std::string::npos);
+  EXPECT_EQ(sparrowCommCount(a, &n), sparrowInvalidUsage);
+  uint16_t buf[4] = {1, 2, 3, 4};
+  EXPECT_EQ(sparrowSparseBcast(buf, buf, 4, sparrowBfloat16, 0, a, nullptr), sparrowInvalidUsage);
+  EXPECT_NE(std::string(sparrowGetLastError(a)).find("destroyed or aborted"), std::string::npos);
+  ASSERT_EQ(sparrowCommAbort(b), sparrowSuccess);
+  EXPECT_EQ(sparrowBroadcast(buf, buf, 4, sparrowBfloat16, 0, b, nullptr), sparrowInvalidUsage) << "a call after abort";
+  sparrowStats st;
+  EXPECT_EQ(sparrowCommGetStats(b, &st), sparrowInvalidUsage);
+  EXPECT_EQ(sparrowCommAbort(b), sparrowInvalidUsage);
+  EXPECT_EQ(sparrowCommDestroy(b), sparrowInvalidUsage);
+  int bogus = 0;
+  EXPECT_EQ(sparrowCommUserRank(reinterpret_cast<sparrowComm_t>(&bogus), &n), sparrowInvalidUsage) << "not a handle";
 }
