@@ -400,7 +400,10 @@ std::string stats_json(sparrow::Comm& c) {
                   "\"extract\":" + json_num(st.root ? st.extract_s : -1) + ",\"encode\":" + json_num(st.root ? st.encode_s : -1) +
                   ",\"first_byte\":" + json_num(st.first_byte_s) + ",\"last_byte\":" + json_num(st.last_byte_s) +
                   ",\"verify\":" + json_num(st.verify_s) + ",\"decode\":" + json_num(st.decode_s) +
-                  ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"peers\":[";
+                  ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"parent\":" +
+                  (st.parent < 0 ? std::string("null") : std::to_string(st.parent)) + ",\"children\":[";
+  for (size_t i = 0; i < st.children.size(); ++i) j += (i ? "," : "") + std::to_string(st.children[i]);
+  j += "],\"peers\":[";
   bool first = true;
   for (const auto& p : peer_stats(c)) {
     j += std::string(first ? "" : ",") + "{\"rank\":" + std::to_string(p.rank) + ",\"sent\":" + n(p.bytesSent) +

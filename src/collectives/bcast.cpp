@@ -255,10 +255,12 @@ struct InCall {
   ~InCall() { c.coll().in_call--; }
 };
 
-// The traffic of the operation that just ended, and (for a receiver) its first and last byte from
-// its parent; the stage times are set by the caller.
-void record_traffic(Comm& c, int parent) {
+// The traffic of the operation that just ended, this rank's place in its tree, and (for a receiver)
+// its first and last byte from its parent; the stage times are set by the caller.
+void record_traffic(Comm& c, int parent, const std::vector<int>& children) {
   auto& st = c.coll().stats;
+  st.parent = parent;
+  st.children = children;
   st.peers.resize(size_t(c.nranks()));
   for (int r = 0; r < c.nranks(); ++r) st.peers[r] = r == c.rank() ? transport::Net::PeerTraffic{} : c.net().traffic(r);
   st.root = parent < 0;
@@ -432,7 +434,7 @@ Status broadcast(Comm& c, const std::vector<BufferArg>& bufs, int root) {
       if (result.ok()) result = op.result;
     }
   }
-  record_traffic(c, me == root || ops.empty() ? -1 : ops[0].t.parent[me]);
+  record_traffic(c, me == root || ops.empty() ? -1 : ops[0].t.parent[me], ops.empty() ? std::vector<int>{} : ops[0].t.children[me]);
   auto& st = c.coll().stats;
   st.ops++;
   st.dense_bytes = st.wire_bytes = 0;
@@ -602,7 +604,7 @@ class SparseReceiver {
     // Expect a snapshot next time exactly when this step was refused and one was asked for; a
     // snapshot that failed starts over (the next delta is refused and asks again).
     if (rv_ && (result.ok() || need_resync_ || resync_)) rv_->stale = need_resync_;
-    record_traffic(c_, parent_);
+    record_traffic(c_, parent_, kids_);
     auto& st = c_.coll().stats;
     st.verify_s = as.verify_seconds;
     st.decode_s = as.decode_seconds;
@@ -880,7 +882,7 @@ Status sparse_root(Comm& c, const std::vector<BufferArg>& bufs, int root, const 
     SPARROW_RETURN_IF_ERROR(send_verdict(c, op.seq, agree));
     if (result.ok()) result = agree;
   }
-  record_traffic(c, -1);
+  record_traffic(c, -1, kids);
   auto& st = c.coll().stats;
   st.extract_s = es.extract_seconds;
   st.ops++;

@@ -64,6 +64,8 @@ struct CollState {
     bool root = false;
     double extract_s = -1, first_byte_s = -1, last_byte_s = -1, verify_s = -1, decode_s = -1, commit_s = -1;
     std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
+    int parent = -1;            // this rank's parent in the operation's tree (-1: the root)
+    std::vector<int> children;  // and its children
   } stats;
   std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
 };

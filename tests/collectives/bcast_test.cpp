@@ -396,6 +396,8 @@ TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
   std::string rj(need, '\0');
   ASSERT_EQ(sparrowCommGetStatsJson(cs.c[0], rj.data(), rj.size(), nullptr), sparrowSuccess);
   EXPECT_NE(rj.find("\"role\":\"root\""), std::string::npos) << rj;
+  EXPECT_NE(rj.find("\"parent\":null,\"children\":[1,2]"), std::string::npos) << "the flat tree: " << rj;
+  EXPECT_NE(j.find("\"parent\":0,\"children\":[]"), std::string::npos) << j;
   EXPECT_EQ(rj.find("\"extract\":null"), std::string::npos) << rj;
   EXPECT_NE(rj.find("\"first_byte\":null"), std::string::npos) << rj;
 }
