@@ -11,7 +11,9 @@
 //   --stage   receivers use sparrowSparseBcastStage + sparrowStageCommit; the commit is timed apart
 //   --progress  every rank prints a progress line each second while a call runs (long steps)
 // With --json each row carries "per_rank": every rank's last step as sparrowCommGetStatsJson gives it
-// (stage times, bytes per peer) plus the CPU seconds (user + system) its process spent in that call.
+// (stage times, tree, bytes per peer) plus the CPU seconds (user + system) its process spent in that
+// call, and cpu_load_here: all ranks' CPU seconds over the step's time and this host's cores (when the
+// ranks share the host, as under wanemu, near 1 means CPU-bound; the table says so in a comment line).
 #include <getopt.h>
 #include <sys/resource.h>
 #include <mpi.h>
@@ -384,7 +386,7 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
     }
-    double tsum = 0, wire = 0, dens = 0, csum = 0, cpu_last = 0;
+    double tsum = 0, wire = 0, dens = 0, csum = 0, cpu_last = 0, took_last = 0;
     std::unique_ptr<ProgressLine> progress;
     if (o.progress && comm) progress = std::make_unique<ProgressLine>(comm, rank);
     for (int it = 0; it < o.iters; ++it) {
@@ -393,6 +395,7 @@ int main(int argc, char** argv) {
       const double cpu0 = cpu_seconds();
       double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc);
       cpu_last = cpu_seconds() - cpu0;
+      took_last = took;
       if (rc) {
         if (rc > 0) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
         exit_code = 1;
@@ -426,6 +429,12 @@ int main(int argc, char** argv) {
     }
     progress.reset();
     const std::string per_rank = o.json ? gather_rank_json(comm, rank, n, o.root, cpu_last) : "";
+    // CPU: every rank's CPU seconds in the last step, against this host's cores (meaningful when the
+    // ranks share the host, as under wanemu): near 1, the step was CPU-bound, not network-bound.
+    double cpu_sum = 0;
+    MPI_Reduce(&cpu_last, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, o.root, MPI_COMM_WORLD);
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const double cpu_load = took_last > 0 ? cpu_sum / (took_last * double(cores)) : 0;
     if (rank == o.root) {
       double t = tsum / o.iters, w = wire / o.iters, d = dens / o.iters;
       double algbw = double(bytes) / t / 1e9;
@@ -446,7 +455,8 @@ int main(int argc, char** argv) {
                  csum / o.iters / t);
         else
           printf("%s", line);
-        printf(", \"per_rank\": %s}\n", per_rank.empty() ? "[]" : per_rank.c_str());
+        printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"cpu_bound\": %s, \"per_rank\": %s}\n",
+               cpu_sum, cores, cpu_load, cpu_load > 0.85 ? "true" : "false", per_rank.empty() ? "[]" : per_rank.c_str());
       } else {
         printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, kTypes[o.dtype], o.root, t * 1e6, algbw,
                algbw, wrong);
@@ -454,6 +464,9 @@ int main(int argc, char** argv) {
         if (bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
         if (o.stage) printf(" %11.1f %8.4f", csum / o.iters * 1e6, csum / o.iters / t);
         printf("\n");
+        if (cpu_load > 0.85)
+          printf("# CPU-bound: the ranks used %.2f CPU-s in the last %.3f s step, %.0f%% of this host's %ld cores "
+                 "(if they all run here)\n", cpu_sum, took_last, 100 * cpu_load, cores);
       }
       fflush(stdout);
       if (wrong) exit_code = 1;
