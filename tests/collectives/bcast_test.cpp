@@ -235,6 +235,19 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCal
   EXPECT_EQ(dst[2], src);
 }
 
+// Three ranks over one bf16 buffer: the root's source (values near 1.0) and the receivers' copies.
+struct OneBuffer {
+  Comms cs;
+  std::vector<uint16_t> src;
+  std::vector<std::vector<uint16_t>> dst;
+  OneBuffer(size_t count, uint64_t seed, int spread) : cs(3), src(count), dst(3, std::vector<uint16_t>(count, 0)) {
+    for (auto& v : src) v = uint16_t(0x3c00 + test::rng_next(seed) % uint64_t(spread));
+  }
+  sparrowResult_t call(int r) {
+    return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), src.size(), sparrowBfloat16, 0, cs.c[r], nullptr);
+  }
+};
+
 // A receiver that gave up on five steps in a row (each call timed out: the root came later) holds
 // the version before them; its next call catches it up by the five deltas the root retained plus that
 // step's own, composed and written once: bit-exact, with no full snapshot, in about five deltas' bytes.
@@ -242,15 +255,10 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCal
 TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
   ASSERT_TRUE(params::set_override("TIMEOUT_S", "1").ok());
   ASSERT_TRUE(params::set_override("ALGO", "flat").ok());
-  Comms cs(3);
-  const size_t count = 1 << 21;
-  std::vector<uint16_t> src(count);
-  uint64_t s = 3;
-  for (auto& v : src) v = uint16_t(0x3c00 + test::rng_next(s) % 2048);
-  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
-  auto call = [&](int r) {
-    return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16, 0, cs.c[r], nullptr);
-  };
+  OneBuffer b(1 << 21, 3, 2048);
+  auto& [cs, src, dst] = b;
+  const size_t count = src.size();
+  auto call = [&](int r) { return b.call(r); };
   uint64_t seed = 100;
   auto step = [&](bool with2) {
     gen::mutate_exact(src.data(), count, 2, 0.01, seed++);
@@ -326,15 +334,10 @@ TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
 // progress from another thread; afterwards the stage-by-stage timing as JSON.
 TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
   ASSERT_TRUE(params::set_override("ALGO", "flat").ok());
-  Comms cs(3);
-  const size_t count = 1 << 20;
-  std::vector<uint16_t> src(count);
-  uint64_t s = 9;
-  for (auto& v : src) v = uint16_t(0x3c00 + test::rng_next(s) % 1024);
-  std::vector<std::vector<uint16_t>> dst(3, std::vector<uint16_t>(count, 0));
-  auto call = [&](int r) {
-    return sparrowSparseBcast(src.data(), r == 0 ? nullptr : dst[r].data(), count, sparrowBfloat16, 0, cs.c[r], nullptr);
-  };
+  OneBuffer b(1 << 20, 9, 1024);
+  auto& [cs, src, dst] = b;
+  const size_t count = src.size();
+  auto call = [&](int r) { return b.call(r); };
   for (auto x : cs.run(call)) ASSERT_EQ(x, sparrowSuccess);
   gen::mutate_exact(src.data(), count, 2, 0.01, 77);
   // Rank 2 starts first; a watcher sees its call running before the root even begins.
