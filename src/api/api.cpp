@@ -2,6 +2,8 @@
 #include "sparrow/sparrow.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "format/checkpoint.h"
 #include "collectives/comm.h"
 #include "kernels/device.h"
+#include "transport/transport.h"
 #include "core/log.h"
 #include "core/status.h"
 
@@ -31,6 +34,8 @@ struct sparrowComm {
   // Calls running on this communicator: sparrowCommAbort (from another thread) aborts, waits for
   // them to return (every wait fails once aborted), and only then frees.
   std::atomic<int> in_use{0};
+  std::mutex idle_mu;
+  std::condition_variable idle_cv;  // notified when in_use drops to 0
 };
 
 namespace {
@@ -50,7 +55,10 @@ class Pin {
     }
   }
   ~Pin() {
-    if (c_) c_->in_use.fetch_sub(1);
+    if (c_ && c_->in_use.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lk(c_->idle_mu);
+      c_->idle_cv.notify_all();
+    }
   }
   Pin(const Pin&) = delete;
   Pin& operator=(const Pin&) = delete;
@@ -59,6 +67,18 @@ class Pin {
  private:
   sparrowComm* c_ = nullptr;
 };
+
+// Waits (up to SPARROW_TIMEOUT_S) until no call holds the handle. False: one still does; the caller
+// must not free it then (better a leak than a use after free).
+bool wait_idle(sparrowComm* c, const char* fn) {
+  std::unique_lock<std::mutex> lk(c->idle_mu);
+  if (c->idle_cv.wait_for(lk, std::chrono::duration<double>(sparrow::transport::timeout_seconds()),
+                          [&] { return c->in_use.load() == 0; }))
+    return true;
+  SPARROW_WARN("%s: a call on this communicator from another thread did not return within SPARROW_TIMEOUT_S; "
+               "its memory is left allocated", fn);
+  return false;
+}
 
 // Takes the handle out of the live set; false if it was not in it.
 bool retire(sparrowComm* comm) {
@@ -225,8 +245,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommDestroy(sparrowComm_t comm) {
   // Graceful: broadcasts this rank rooted were handed to the transport; let them arrive.
   sparrow::Status s = sparrow::coll::finish(*comm->impl);
   if (!s.ok()) SPARROW_INFO("sparrowCommDestroy: %s", s.to_string().c_str());
-  while (comm->in_use.load() > 0) std::this_thread::yield();  // another thread's call (a user error) ends first
-  delete comm;
+  if (wait_idle(comm, "sparrowCommDestroy")) delete comm;  // another thread's call (a user error) ends first
   return sparrowSuccess;
 }
 
@@ -234,8 +253,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommAbort(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommAbort: comm is NULL");
   if (!retire(comm)) return fail(dead_handle("sparrowCommAbort", comm));
   comm->impl->abort();
-  while (comm->in_use.load() > 0) std::this_thread::yield();  // they return promptly: every wait fails now
-  delete comm;
+  if (wait_idle(comm, "sparrowCommAbort")) delete comm;  // they return promptly: every wait fails now
   return sparrowSuccess;
 }
 

@@ -9,11 +9,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/params.h"
 #include "format/bits.h"
 #include "transport/sha256.h"
 
 namespace sparrow::transport::auth {
 namespace {
+params::IntParam kAuthTimeoutMs("AUTH_TIMEOUT_MS", 5000,
+                                "Time a new connection has to authenticate, on every transport, before it is dropped.",
+                                10, 600000);
 constexpr uint64_t kHelloMagic = 0x4f4c454857525053ull;      // "SPRWHELO"
 constexpr uint64_t kChallengeMagic = 0x4c41484357525053ull;  // "SPRWCHAL"
 constexpr uint64_t kWelcomeMagic = 0x454d4f4357525053ull;    // "SPRWCOME"
@@ -24,6 +28,8 @@ std::array<uint8_t, 32> hmac(const std::vector<uint8_t>& key, const std::vector<
   return hmac_sha256(key, msg);
 }
 }  // namespace
+
+int64_t timeout_ms() { return kAuthTimeoutMs.get(); }
 
 std::array<uint8_t, 32> hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> msg) {
 #if SPARROW_HAVE_OPENSSL

@@ -33,6 +33,8 @@ struct Hello {
   static Result<Hello> decode(const uint8_t* p);
 };
 
+// SPARROW_AUTH_TIMEOUT_MS: how long a new connection has to complete the handshake (every backend).
+int64_t timeout_ms();
 // HMAC-SHA256: OpenSSL's libcrypto when the build found it, else the built-in one (sha256.h).
 std::array<uint8_t, 32> hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> msg);
 std::array<uint8_t, 16> random_nonce();

@@ -45,6 +45,7 @@ void Mailbox::frame_end(Conn*, const FrameHeader& h) {
   if (tr.first_ns < 0) tr.first_ns = now;
   tr.last_ns = now;
   if (traffic_.size() > 256) traffic_.erase(traffic_.begin());
+  if (e.ext && e.claimed == e.got) cv_.notify_all();  // recv_into giving up waits for frames in flight
   if (e.got == e.total) {
     double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
     if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);
@@ -138,10 +139,12 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d) {
   Status s = wait_locked(lk, k, d);
   if (!s.ok()) {
     // The caller's buffer must not be written after we return: drop the registration only if no
-    // frame is being written into it (claimed == got); otherwise keep waiting for those frames.
+    // frame is being written into it (claimed == got); otherwise wait for those frames (woken by
+    // frame_end; a frame being written is already in this host's memory, so this is short). No
+    // deadline: returning earlier would let the transport write into memory the caller reuses.
     auto e = entries_.find(k);
     if (e != entries_.end() && e->second.ext) {
-      while (e->second.claimed != e->second.got && failed_.ok()) cv_.wait_for(lk, std::chrono::milliseconds(10));
+      cv_.wait(lk, [&] { return e->second.claimed == e->second.got || !failed_.ok(); });
       entries_.erase(e);
     }
     return s;

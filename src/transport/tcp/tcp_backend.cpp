@@ -22,8 +22,6 @@
 namespace sparrow::transport {
 namespace {
 
-params::IntParam kAuthTimeoutMs("AUTH_TIMEOUT_MS", 5000,
-                                "Time an incoming connection has to authenticate before it is dropped.", 10, 600000);
 constexpr size_t kMaxPending = 256;          // unauthenticated connections held at once
 constexpr size_t kReadBudget = 16u << 20;    // bytes read from one socket per wakeup (fairness)
 constexpr uint32_t kMaxFrame = 256u << 20;
@@ -308,7 +306,7 @@ Status TcpBackend::start() {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = &wake_h_;
-  epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return SystemError("epoll_ctl (wake-up)", errno);
   thread_ = std::thread([this] { loop(); });
   return Status::Ok();
 }
@@ -333,7 +331,11 @@ void TcpBackend::arm(TcpConn* c, bool out) {
   epoll_event ev{};
   ev.events = EPOLLIN | (out ? EPOLLOUT : 0);
   ev.data.ptr = static_cast<Handle*>(c);
-  epoll_ctl(ep_, EPOLL_CTL_MOD, c->fd(), &ev);
+  // A connection epoll no longer watches would wait forever: say so (its sends and receives then
+  // fail on their deadlines with the connection named).
+  if (epoll_ctl(ep_, EPOLL_CTL_MOD, c->fd(), &ev) != 0)
+    SPARROW_WARN("epoll_ctl on the connection to rank %d (%s): %s", c->peer_rank(), c->peer_address().c_str(),
+                 strerror(errno));
 }
 
 Result<std::string> TcpBackend::listen(AcceptHandler on_accept) {
@@ -343,7 +345,7 @@ Result<std::string> TcpBackend::listen(AcceptHandler on_accept) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = &listen_h_;
-  epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  if (epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) return SystemError("epoll_ctl (listening socket)", errno);
   return bound;
 }
 
@@ -405,7 +407,14 @@ Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, i
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.ptr = static_cast<Handle*>(c.get());
-  epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+  if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    Status e = SystemError("epoll_ctl (connection to " + address + ")", errno);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      conns_.erase(c.get());
+    }
+    return e;
+  }
   return ConnPtr(c);
 }
 
@@ -420,14 +429,14 @@ void TcpBackend::accept_all() {
     auto p = std::make_unique<Pending>();
     p->fd = fd;
     p->addr = net::peer_of(fd);
-    p->deadline = Clock::now() + std::chrono::milliseconds(kAuthTimeoutMs.get());
+    p->deadline = Clock::now() + std::chrono::milliseconds(auth::timeout_ms());
     Pending* raw = p.get();
     pending_.push_back(std::move(p));
     raw->self = std::prev(pending_.end());
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = static_cast<Handle*>(raw);
-    epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) drop(raw, "epoll_ctl failed");
   }
 }
 

@@ -24,7 +24,6 @@ namespace {
 // Active message ids. Auth messages carry their bytes as data; frames carry the frame header as the
 // AM header and the payload as data.
 enum : unsigned { kAmHello = 1, kAmChallenge = 2, kAmProof = 3, kAmWelcome = 4, kAmFrame = 5, kAmBye = 6 };
-constexpr double kAuthSeconds = 5;
 
 class UcxBackend;
 
@@ -376,7 +375,7 @@ void UcxBackend::on_conn_request(ucp_conn_request_h req) {
   ucp_ep_h h;
   if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) return;
   auto c = std::make_shared<UcxConn>(this, h, false);
-  c->deadline_ = deadline_in(kAuthSeconds);
+  c->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
   c->addr_ = "ucx-peer";
   eps_[h] = c;
 }
@@ -519,7 +518,7 @@ void UcxBackend::run(Cmd& c) {
       conn->stream_ = c.stream;
       conn->addr_ = c.address;
       conn->sink_ = c.sink;
-      conn->deadline_ = deadline_in(kAuthSeconds);
+      conn->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
       auth::Hello hello;
       hello.stream = uint16_t(c.stream);
       hello.rank = uint32_t(opt_.identity.rank);
