@@ -7,8 +7,11 @@
 //   sub 2..n+1     checkpoint chunks, in the order the root produced them; each relay verifies a
 //                  chunk's checksum and forwards it to its children at once (cut-through), then stages it
 //   sub n+2        the checkpoint footer (the end marker)
-//   kResyncSub     root -> rank: a full snapshot for a rank that fell out of step
-//   kAckSub        rank -> root: status of the operation on that rank (mismatch, resync needed, ...)
+//   kResyncSub     root -> rank: for a rank that fell out of step, a full snapshot, or the retained
+//                  deltas from the version it holds to this operation's base (it applies this
+//                  operation's delta after them, all in one write)
+//   kAckSub        rank -> root: status of the operation on that rank (mismatch, resync needed, the
+//                  version it holds), sent also when its call failed
 // The root returns once everything is queued; it collects the acknowledgements of earlier operations
 // after streaming each new one (a rank that refused one gets its snapshot in the new one), and waits
 // for the current operation's only on the first, full operation for a buffer set, so that a
