@@ -8,7 +8,8 @@ bash scripts/build.sh --target sparrow-codec-demo sparrow-weight-sync wanemu
 echo "== 1. the sparse delta checkpoint codec (one process)"
 build/bin/sparrow-codec-demo --layers 1 --vocab 4096 --steps 3
 echo
-if cmake --build build --target help | grep -q '_sparrow'; then
+targets=$(cmake --build build --target help)  # captured: grep -q's early exit would fail the pipe
+if grep -q '_sparrow' <<<"$targets"; then
   bash scripts/build.sh --target _sparrow
   echo "== 2. PyTorch: a trainer taking real AdamW steps and 3 rollout workers, through the Python module"
   py=$(cat build/python/PYTHON 2>/dev/null || true)  # the interpreter the module was built for

@@ -10,7 +10,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       python3-setuptools python3-wheel python3-venv python3-pip nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$st" = "install ok installed" ] || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#pkgs[@]} packages present"

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
 libdir=$prefix/lib
-[ -d "$libdir" ] || libdir=$(dirname "$(find "$prefix" -name 'libsparrow.so.0' | head -1)")
+[ -d "$libdir" ] || libdir=$(dirname "$(find "$prefix" -name 'libsparrow.so.0' -print -quit)")
 echo "installed into $prefix"
 
 # 1. CMake package.
@@ -32,11 +32,15 @@ cc -o "$tmp/app_pc" "$here/consumer/app.c" $(pkg-config --cflags --libs sparrow)
 # 3. Installed tools run from the prefix and carry no build-tree path.
 for f in "$prefix"/bin/* "$libdir"/libsparrow*.so*; do
   [ -L "$f" ] && continue
-  if readelf -d "$f" | grep -E 'RUNPATH|RPATH' | grep -q "$build"; then
+  # (Outputs are captured before grep -q: with pipefail, a writer cut off by grep's early exit fails.)
+  dyn=$(readelf -d "$f")
+  if grep -E 'RUNPATH|RPATH' <<<"$dyn" | grep -F "$build" >/dev/null; then
     echo "FAIL: $f has a RUNPATH into the build tree"; readelf -d "$f" | grep -E 'RUNPATH|RPATH'; exit 1
   fi
 done
-"$prefix/bin/sparrow-info" -c | grep -q SPARROW_CHUNK_ELEMS
-"$prefix/bin/sparrow-codec-bench" --model qwen3-0.6b --layers 1 --vocab 512 --steps 1 --json | grep -q '"bit_exact": true'
+info=$("$prefix/bin/sparrow-info" -c)
+grep -q SPARROW_CHUNK_ELEMS <<<"$info"
+bench=$("$prefix/bin/sparrow-codec-bench" --model qwen3-0.6b --layers 1 --vocab 512 --steps 1 --json)
+grep -q '"bit_exact": true' <<<"$bench"
 [ -f "$prefix/lib/cmake/sparrow/sparrowConfig.cmake" ] || [ -f "$libdir/cmake/sparrow/sparrowConfig.cmake" ]
 echo "install test: all passed"
