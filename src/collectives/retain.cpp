@@ -64,13 +64,15 @@ RetainedSteps::RetainedSteps()
 
 Status RetainedSteps::add(const std::vector<std::shared_ptr<Bytes>>& frames) {
   if (!enabled()) return Status::Ok();
-  format::Header h;
-  SPARROW_ASSIGN_OR_RETURN(Bytes ck, ordered_checkpoint(frames, &h));
+  if (frames.empty()) return CorruptData("a retained step needs a header and a footer");
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(*frames.front(), &used));
   if (!steps_.empty() && steps_.back().version != h.base_version) steps_.clear();  // not consecutive
-  Step s{h.base_version, h.new_version, nullptr, ""};
+  Step s{h.base_version, h.new_version, {}, ""};
   if (dir_.empty()) {
-    s.mem = std::make_shared<const Bytes>(std::move(ck));
+    s.frames = frames;  // held as sent; put in order only if a catch-up asks for it (load)
   } else {
+    SPARROW_ASSIGN_OR_RETURN(Bytes ck, ordered_checkpoint(frames, &h));
     s.path = dir_ + "/step-" + std::to_string(h.new_version) + ".spd";
     Status w = format::write_file_atomic(s.path, format::encode_step_file(ck, step_metadata(h.base_version, h.new_version, "delta")));
     if (!w.ok()) return std::move(w).context("retaining step " + std::to_string(h.new_version) + " in " + dir_);
@@ -107,7 +109,11 @@ void RetainedSteps::prune_anchors() {
 }
 
 Result<SharedBytes> RetainedSteps::load(const Step& s) const {
-  if (s.mem) return s.mem;
+  if (!s.frames.empty()) {
+    format::Header h;
+    SPARROW_ASSIGN_OR_RETURN(Bytes ck, ordered_checkpoint(s.frames, &h));
+    return std::make_shared<const Bytes>(std::move(ck));
+  }
   SPARROW_ASSIGN_OR_RETURN(Bytes file, format::read_file(s.path));
   SPARROW_ASSIGN_OR_RETURN(format::StepFile sf, format::decode_step_file(file));
   return std::make_shared<const Bytes>(std::move(sf.payload));

@@ -23,8 +23,9 @@ class RetainedSteps {
  public:
   RetainedSteps();  // from SPARROW_RETAIN_STEPS / _DIR / _ANCHOR_EVERY
   bool enabled() const { return keep_ > 0; }
-  // One delta as it was streamed (header, chunks in any order, footer), kept with its chunks in order
-  // (a valid step file). The oldest beyond SPARROW_RETAIN_STEPS is dropped.
+  // One delta as it was streamed (header, chunks in any order, footer): in memory its frames are held
+  // as they are, and a catch-up gets them as one checkpoint with its chunks in order (a valid step
+  // file), as the step files on disk are written. The oldest beyond SPARROW_RETAIN_STEPS is dropped.
   Status add(const std::vector<std::shared_ptr<Bytes>>& frames);
   // A full snapshot of `version` is due as an anchor (SPARROW_RETAIN_DIR with _ANCHOR_EVERY).
   bool wants_anchor(uint64_t version) const;
@@ -39,8 +40,8 @@ class RetainedSteps {
  private:
   struct Step {
     uint64_t base = 0, version = 0;
-    SharedBytes mem;   // in memory, or
-    std::string path;  // on disk
+    std::vector<std::shared_ptr<Bytes>> frames;  // in memory (as streamed), or
+    std::string path;                            // on disk
   };
   Result<SharedBytes> load(const Step& s) const;
   void prune_anchors();
