@@ -104,7 +104,8 @@ thread_local std::string t_last_error;
 
 sparrowResult_t fail(const sparrow::Status& s, sparrowComm* comm = nullptr) {
   t_last_error = s.to_string();
-  if (comm && comm->impl) comm->impl->set_error(s);
+  Pin live(comm);  // a dead handle gets no record (it is not touched)
+  if (live) comm->impl->set_error(s);
   SPARROW_WARN("%s", t_last_error.c_str());
   return static_cast<sparrowResult_t>(s.code());
 }
@@ -285,7 +286,7 @@ SPARROW_EXPORT sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recv
                                                 sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                 sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowBroadcast");
-  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
+  if (!s.ok()) return fail(s, comm);
   return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
@@ -298,7 +299,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* re
                                                   sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                   sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcast");
-  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
+  if (!s.ok()) return fail(s, comm);
   return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
 }
 
@@ -306,7 +307,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, voi
                                                        sparrowDataType_t datatype, int root, sparrowComm_t comm,
                                                        sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcastStage");
-  if (!s.ok()) return fail(s, s.code() == sparrow::Code::kInvalidUsage ? nullptr : comm);
+  if (!s.ok()) return fail(s, comm);
   return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream, true});
 }
 
@@ -411,11 +412,11 @@ std::string stats_json(sparrow::Comm& c) {
   const auto& st = c.coll().stats;
   auto n = [](unsigned long long v) { return std::to_string(v); };
   std::string j = "{\"rank\":" + std::to_string(c.rank()) + ",\"op\":" + n(st.ops) + ",\"role\":\"" +
-                  (st.ops == 0 ? "none" : st.root ? "root" : "receiver") + "\",\"full\":" + (st.full ? "true" : "false") +
+                  (st.ops == 0 ? "none" : st.is_root() ? "root" : "receiver") + "\",\"full\":" + (st.full ? "true" : "false") +
                   ",\"dense_bytes\":" + n(st.dense_bytes) + ",\"wire_bytes\":" + n(st.wire_bytes) +
                   ",\"changed\":" + n(st.changed) + ",\"density\":" + json_num(st.density) +
                   ",\"resyncs\":" + n(st.resyncs) + ",\"catch_ups\":" + n(st.catchups) + ",\"seconds\":{" +
-                  "\"extract\":" + json_num(st.root ? st.extract_s : -1) + ",\"encode\":" + json_num(st.root ? st.encode_s : -1) +
+                  "\"extract\":" + json_num(st.extract_s) + ",\"encode\":" + json_num(st.is_root() ? st.encode_s : -1) +
                   ",\"first_byte\":" + json_num(st.first_byte_s) + ",\"last_byte\":" + json_num(st.last_byte_s) +
                   ",\"verify\":" + json_num(st.verify_s) + ",\"decode\":" + json_num(st.decode_s) +
                   ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"parent\":" +

@@ -263,7 +263,6 @@ void record_traffic(Comm& c, int parent, const std::vector<int>& children) {
   st.children = children;
   st.peers.resize(size_t(c.nranks()));
   for (int r = 0; r < c.nranks(); ++r) st.peers[r] = r == c.rank() ? transport::Net::PeerTraffic{} : c.net().traffic(r);
-  st.root = parent < 0;
   st.extract_s = st.first_byte_s = st.last_byte_s = st.verify_s = st.decode_s = st.commit_s = -1;
   if (parent >= 0) {
     st.first_byte_s = st.peers[parent].first_s;
@@ -280,13 +279,13 @@ void log_step(Comm& c, const char* what) {
   double bound = -1;
   for (int r = 0; r < int(p.bw_Bps.size()) && r < c.nranks(); ++r) {
     if (r == p.root || p.bw_Bps[r] <= 0 || p.rtt_s[r] < 0) continue;
-    if (!st.root && r != c.rank()) continue;  // a receiver: its own path; the root: the slowest
+    if (!st.is_root() && r != c.rank()) continue;  // a receiver: its own path; the root: the slowest
     bound = std::max(bound, double(st.wire_bytes) / p.bw_Bps[r] + p.rtt_s[r] / 2);
   }
   char b[64] = "";
   if (bound > 0) snprintf(b, sizeof b, ", %.2fx the probed bound %.1f ms", st.total_s / bound, bound * 1e3);
   SPARROW_STEP("%s op %llu (%s): %llu -> %llu bytes%s, %.1f ms%s", what, (unsigned long long)st.ops,
-               st.root ? "root" : "receiver", (unsigned long long)st.dense_bytes, (unsigned long long)st.wire_bytes,
+               st.is_root() ? "root" : "receiver", (unsigned long long)st.dense_bytes, (unsigned long long)st.wire_bytes,
                st.full ? ", full" : "", st.total_s * 1e3, b);
 }
 
@@ -587,9 +586,7 @@ class SparseReceiver {
       // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
       // and asks to be brought up to date at the next operation (best effort: the root may be gone).
       need_resync_ = true;
-      auto m = share(ack_bytes(r, true, rv_->st.version));
-      auto a = c_.net().send(root_, MsgKey{c_.comm_id(), seq_, kAckSub}, Payload{m->data(), m->size(), m}, c_.deadline());
-      (void)a;
+      (void)send_all(c_, {root_}, MsgKey{c_.comm_id(), seq_, kAckSub}, share(ack_bytes(r, true, rv_->st.version)));
     }
     return r;
   }

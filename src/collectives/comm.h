@@ -61,11 +61,11 @@ struct CollState {
     // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (CPU
     // seconds over its worker threads); a receiver's first and last byte from its parent (since
     // its call began), base verification, decoding, and the commit (the writes).
-    bool root = false;
     double extract_s = -1, first_byte_s = -1, last_byte_s = -1, verify_s = -1, decode_s = -1, commit_s = -1;
     std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
     int parent = -1;            // this rank's parent in the operation's tree (-1: the root)
     std::vector<int> children;  // and its children
+    bool is_root() const { return parent < 0; }
   } stats;
   std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
 };

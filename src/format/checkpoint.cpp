@@ -1,5 +1,7 @@
 #include "format/checkpoint.h"
 
+#include <set>
+
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -197,8 +199,9 @@ Result<Footer> parse_footer(std::span<const uint8_t> in, const Header& h, size_t
   return f;
 }
 
-Result<CheckpointView> parse_checkpoint(std::span<const uint8_t> in) {
+Result<CheckpointView> parse_checkpoint(std::span<const uint8_t> in, ChunkOrder order) {
   CheckpointView cv;
+  std::set<std::pair<uint64_t, uint64_t>> seen;  // kAny: the chunks found so far
   size_t off = 0, n = 0;
   SPARROW_ASSIGN_OR_RETURN(cv.header, parse_header(in, &n));
   cv.header_bytes = n;
@@ -213,8 +216,12 @@ Result<CheckpointView> parse_checkpoint(std::span<const uint8_t> in) {
     auto ch = parse_chunk(in.subspan(off), h, &n);
     if (!ch.ok()) return std::move(ch).take_status().context("chunk " + std::to_string(cv.chunks.size()) + " at byte " + std::to_string(off));
     const ChunkHeader& c = ch->h;
-    if (!first && (c.tensor < prev_t || (c.tensor == prev_t && c.elem_begin <= prev_b)))
+    if (order == ChunkOrder::kAny) {
+      if (!seen.insert({c.tensor, c.elem_begin}).second)
+        return CorruptData("chunk " + std::to_string(cv.chunks.size()) + " duplicated");
+    } else if (!first && (c.tensor < prev_t || (c.tensor == prev_t && c.elem_begin <= prev_b))) {
       return CorruptData("chunk " + std::to_string(cv.chunks.size()) + " out of order or duplicated");
+    }
     first = false;
     prev_t = c.tensor;
     prev_b = c.elem_begin;

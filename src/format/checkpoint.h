@@ -96,8 +96,10 @@ Result<Header> parse_header(std::span<const uint8_t> in, size_t* consumed);
 Result<ChunkView> parse_chunk(std::span<const uint8_t> in, const Header& h, size_t* consumed);
 Result<Footer> parse_footer(std::span<const uint8_t> in, const Header& h, size_t* consumed);
 
-// A whole checkpoint: header, chunks in strictly increasing (tensor, elem_begin) order, footer whose
-// chunk count matches, and nothing after it. A full snapshot must hold every block.
-Result<CheckpointView> parse_checkpoint(std::span<const uint8_t> in);
+// A whole checkpoint: header, chunks in strictly increasing (tensor, elem_begin) order (kAny: in any
+// order, as a stream delivers them, but none twice), footer whose chunk count matches, and nothing
+// after it. A full snapshot must hold every block.
+enum class ChunkOrder { kIncreasing, kAny };
+Result<CheckpointView> parse_checkpoint(std::span<const uint8_t> in, ChunkOrder order = ChunkOrder::kIncreasing);
 
 }  // namespace sparrow::format

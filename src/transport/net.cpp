@@ -192,7 +192,7 @@ uint64_t Net::bytes_sent() const {
 
 uint64_t Net::bytes_received() const {
   uint64_t n = 0;
-  for (int r = 0; r < nranks_; ++r) n += mail_[r]->traffic(seq_lo_.load(), seq_hi_.load()).bytes;
+  for (int r = 0; r < nranks_; ++r) n += traffic(r).received;
   return n;
 }
 

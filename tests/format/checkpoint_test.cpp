@@ -115,6 +115,14 @@ TEST(Checkpoint, StructuralRulesEnforced) {
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
   };
   expect_err({good, good}, 2, "out of order");
+  // Streamed order (kAny): another order is accepted, a chunk twice is not.
+  ChunkHeader second = good;
+  second.elem_begin = 100;
+  EXPECT_FALSE(parse_checkpoint(build({second, good}, 2)).ok());
+  EXPECT_TRUE(parse_checkpoint(build({second, good}, 2), ChunkOrder::kAny).ok());
+  auto twice = parse_checkpoint(build({good, second, good}, 3), ChunkOrder::kAny);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("duplicated"), std::string::npos) << twice.status().message();
   expect_err({good}, 2, "footer counts");
   ChunkHeader c = good;
   c.tensor = 5;

@@ -8,7 +8,6 @@
 #include <map>
 
 #include "core/parallel.h"
-#include "format/bits.h"
 #include "format/digest.h"
 #include "kernels/cpu/apply_internal.h"
 #include "kernels/cpu/extract.h"
@@ -20,44 +19,20 @@ using namespace detail;
 namespace {
 
 // One delta of a chain, parsed: chunks may come in any order (as a stream delivers them).
-struct Link {
-  format::Header h;
-  std::vector<format::ChunkView> chunks;
-  format::Footer ft;
-};
+using Link = format::CheckpointView;
 
 Result<Link> parse_link(std::span<const uint8_t> in, size_t index) {
   const std::string where = "delta " + std::to_string(index + 1) + " of the chain";
-  Link l;
-  size_t off = 0, n = 0;
-  auto h = format::parse_header(in, &n);
-  if (!h.ok()) return std::move(h).take_status().context(where);
-  l.h = std::move(h.value());
-  if (l.h.full()) return CorruptData(where + " is a full snapshot (a chain holds deltas)");
-  off = n;
-  std::set<std::pair<uint32_t, uint64_t>> seen;
-  while (off + 4 <= in.size() && format::load_u32(in.data() + off) != format::kFooterMagic) {
-    auto c = format::parse_chunk(in.subspan(off), l.h, &n);
-    if (!c.ok()) return std::move(c).take_status().context(where);
-    if (!seen.insert({c->h.tensor, c->h.elem_begin}).second) return CorruptData(where + ": a chunk appears twice");
-    l.chunks.push_back(std::move(c.value()));
-    off += n;
-  }
-  if (off + 4 > in.size()) return CorruptData(where + " is truncated (no footer)");
-  auto ft = format::parse_footer(in.subspan(off), l.h, &n);
-  if (!ft.ok()) return std::move(ft).take_status().context(where);
-  l.ft = std::move(ft.value());
-  if (off + n != in.size()) return CorruptData(where + ": trailing bytes after the footer");
-  if (l.ft.chunk_count != l.chunks.size())
-    return CorruptData(where + ": footer counts " + std::to_string(l.ft.chunk_count) + " chunks, found " +
-                       std::to_string(l.chunks.size()));
+  auto l = format::parse_checkpoint(in, format::ChunkOrder::kAny);
+  if (!l.ok()) return std::move(l).take_status().context(where);
+  if (l->header.full()) return CorruptData(where + " is a full snapshot (a chain holds deltas)");
   return l;
 }
 
 // Link j must apply to what link j-1 leads to: same tensors and chunking, consecutive versions.
 Status check_continuity(const Link& prev, const Link& next, size_t j) {
-  const auto& a = prev.h;
-  const auto& b = next.h;
+  const auto& a = prev.header;
+  const auto& b = next.header;
   bool same = a.chunk_elems == b.chunk_elems && a.tensors.size() == b.tensors.size();
   for (size_t t = 0; same && t < a.tensors.size(); ++t)
     same = a.tensors[t].count == b.tensors[t].count && a.tensors[t].dtype == b.tensors[t].dtype;
@@ -66,7 +41,7 @@ Status check_continuity(const Link& prev, const Link& next, size_t j) {
     return CorruptData("the chain has a gap: delta " + std::to_string(j + 1) + " applies to version " +
                        std::to_string(b.base_version) + ", the one before leads to " + std::to_string(a.new_version));
   for (size_t t = 0; t < b.tensors.size(); ++t)
-    if (b.tensors[t].base_digest != prev.ft.new_digests[t])
+    if (b.tensors[t].base_digest != prev.footer.new_digests[t])
       return CorruptData("delta " + std::to_string(j + 1) + " of the chain applies to other contents of tensor '" +
                          b.tensors[t].name + "' than the one before leads to");
   return Status::Ok();
@@ -121,7 +96,7 @@ Status compose_block(const std::vector<Link>& links, const std::vector<ChunkRef>
                      DeviceOps* dev, const std::vector<uint8_t>& on_dev, StageScratch& s, std::vector<uint8_t>& tmp,
                      Staged& m) {
   for (const ChunkRef& r : refs) {
-    const format::Header& h = links[r.link].h;
+    const format::Header& h = links[r.link].header;
     const format::ChunkView& c = *r.c;
     const uint32_t t = c.h.tensor, es = h.tensors[t].elem_size;
     const uint8_t* base = static_cast<const uint8_t*>(targets[t]) + c.h.elem_begin * es;
@@ -157,10 +132,10 @@ Status check_link_digests(const std::vector<Link>& links, const std::vector<std:
   for (size_t j = 0; j < links.size(); ++j) {
     for (size_t i = 0; i < links[j].chunks.size(); ++i) nd[links[j].chunks[i].h.tensor] += digs[j][i];
     for (size_t t = 0; t < nd.size(); ++t)
-      if (nd[t] != links[j].ft.new_digests[t])
-        return VersionMismatch("tensor '" + links[j].h.tensors[t].name + "': delta " + std::to_string(j + 1) +
-                               " of the chain does not lead to version " + std::to_string(links[j].h.new_version) +
-                               " (the buffer differs from version " + std::to_string(links[0].h.base_version) + ")");
+      if (nd[t] != links[j].footer.new_digests[t])
+        return VersionMismatch("tensor '" + links[j].header.tensors[t].name + "': delta " + std::to_string(j + 1) +
+                               " of the chain does not lead to version " + std::to_string(links[j].header.new_version) +
+                               " (the buffer differs from version " + std::to_string(links[0].header.base_version) + ")");
   }
   return Status::Ok();
 }
@@ -180,10 +155,10 @@ Status ApplySession::prepare_chain(std::span<const std::span<const uint8_t>> in,
     im.wire += in[j].size();
     links.push_back(std::move(l));
   }
-  SPARROW_RETURN_IF_ERROR(check_receiver(links[0].h, im.targets, im.layout, *im.state));
+  SPARROW_RETURN_IF_ERROR(check_receiver(links[0].header, im.targets, im.layout, *im.state));
   if (im.opt.verify_base) {
-    im.base = verify_base_contents(links[0].h, im.targets, *im.state, im.dev, im.on_dev, im.threads);
-    SPARROW_RETURN_IF_ERROR(base_verdict(links[0].h, im.base));
+    im.base = verify_base_contents(links[0].header, im.targets, *im.state, im.dev, im.on_dev, im.threads);
+    SPARROW_RETURN_IF_ERROR(base_verdict(links[0].header, im.base));
   }
   // Every touched block with its chunks in chain order.
   std::vector<std::vector<uint64_t>> digs(links.size());
@@ -206,8 +181,8 @@ Status ApplySession::prepare_chain(std::span<const std::span<const uint8_t>> in,
   });
   for (auto& e : errs) SPARROW_RETURN_IF_ERROR(e);
   SPARROW_RETURN_IF_ERROR(check_link_digests(links, digs, *im.state));
-  im.h = links.back().h;
-  im.footer = links.back().ft;
+  im.h = links.back().header;
+  im.footer = links.back().footer;
   for (auto& sg : staged) {
     im.changes += sg.dense ? sg.h.elem_count : sg.pos.size();
     if (im.opt.verify_base && im.opt.checksum_ahead)

@@ -137,19 +137,27 @@ Result<std::vector<uint8_t>> DeltaEncoder::encode_stream(std::span<const void* c
   return footer;
 }
 
-Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, int threads) {
+// What adopt() and adopt_view() check before taking a base, after forgetting the current state.
+Status DeltaEncoder::start_adopt(std::span<const void* const> base, uint64_t version) {
   if (base.size() != tensors_.size())
     return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
                            std::to_string(base.size()) + " buffers");
   if (version == 0) return InvalidArgument("adopt: version 0 is reserved for 'never sent'");
   reset();
-  const int th = threads > 0 ? threads : kernel_threads();
-  shadow_.resize(tensors_.size());
-  digests_.resize(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
     if (tensors_[t].count && !base[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
     if (tensors_[t].count && is_device(device_ops(), base[t])) return InvalidArgument("adopt: host buffers only");
+  }
+  return Status::Ok();
+}
+
+Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, int threads) {
+  SPARROW_RETURN_IF_ERROR(start_adopt(base, version));
+  const int th = threads > 0 ? threads : kernel_threads();
+  shadow_.resize(tensors_.size());
+  digests_.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
     // One pass: each block is copied into the shadow and digested there while it is in cache.
     const uint8_t* p = static_cast<const uint8_t*>(base[t]);
     const uint32_t es = tensors_[t].elem_size();
@@ -172,17 +180,8 @@ Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, 
 }
 
 Status DeltaEncoder::adopt_view(std::span<const void* const> base, uint64_t version) {
-  if (base.size() != tensors_.size())
-    return InvalidArgument("encoder has " + std::to_string(tensors_.size()) + " tensors, got " +
-                           std::to_string(base.size()) + " buffers");
-  if (version == 0) return InvalidArgument("adopt: version 0 is reserved for 'never sent'");
-  reset();
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    if (tensors_[t].elem_size() == 0) return InvalidArgument("tensor '" + tensors_[t].name + "': unknown datatype");
-    if (tensors_[t].count && !base[t]) return InvalidArgument("tensor '" + tensors_[t].name + "': null buffer");
-    if (tensors_[t].count && is_device(device_ops(), base[t])) return InvalidArgument("adopt: host buffers only");
-    borrowed_.push_back(static_cast<const uint8_t*>(base[t]));
-  }
+  SPARROW_RETURN_IF_ERROR(start_adopt(base, version));
+  for (const void* p : base) borrowed_.push_back(static_cast<const uint8_t*>(p));
   dshadow_.assign(tensors_.size(), nullptr);
   digests_.assign(tensors_.size(), 0);  // computed by the encode, in the same pass
   version_ = version;

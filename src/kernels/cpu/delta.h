@@ -100,6 +100,7 @@ class DeltaEncoder {
                      std::vector<uint8_t>& out, const FrameFn* on_header = nullptr, const FrameFn* on_chunk = nullptr);
   std::vector<TensorSpec> tensors_;
   void free_device_shadow();
+  Status start_adopt(std::span<const void* const> base, uint64_t version);
   std::vector<BigBytes> shadow_;               // host buffers
   std::vector<const uint8_t*> borrowed_;       // adopt_view: the caller's base, until the next encode
   std::vector<void*> dshadow_;                 // device buffers (null for host ones)
