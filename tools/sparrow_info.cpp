@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
+#include "topology/algorithms/registry.h"
 #include "topology/tree.h"
 #include "transport/transport.h"
 
@@ -103,9 +104,11 @@ static int tree(int argc, char** argv, int i) {
     in.rtt_s.push_back(rtt.empty() ? -1 : rtt[r] / 1e3);
     in.bw_Bps.push_back(bw.empty() ? -1 : bw[r] * 1e9 / 8);
   }
-  for (const auto& a : topology::algorithms()) {
-    auto t = topology::build_tree(a, in);
-    if (t.ok()) printf("%-12s estimate %9.3f ms\n", a.c_str(), t->est_seconds * 1e3);
+  for (const auto& a : topology::algorithm_table()) {
+    auto t = topology::build_tree(a.name, in);
+    if (t.ok())
+      printf("%-14s estimate %9.3f ms%s  %s\n", a.name, t->est_seconds * 1e3, a.in_auto ? "" : " (not in auto)",
+             a.description);
   }
   auto t = topology::build_tree(topology::configured_algo(), in);
   if (!t.ok()) {

@@ -8,18 +8,21 @@
 #include <numeric>
 
 #include "core/params.h"
+#include "topology/algorithms/registry.h"
 
 namespace sparrow::topology {
 namespace {
 
-params::StringParam kAlgo("ALGO", "auto",
-                          "Broadcast tree: flat, chain, binomial, region_tree, region_spread, two_level (SparrowRL's static "
-                          "tree) or auto.",
-                          {"auto", "flat", "chain", "binomial", "region_tree", "region_spread", "two_level"});
+params::StringParam kAlgo("ALGO", "auto", []() {
+  static const std::string doc = "Broadcast tree: " + algorithm_names() + " (sparrow-info --tree shows each).";
+  return doc.c_str();
+}(), [] {
+  std::vector<std::string> v;
+  for (const auto& a : algorithm_table()) v.push_back(a.name);
+  v.push_back("auto");
+  return v;
+}());
 
-constexpr double kLanRtt = 200e-6;       // assumed RTT between ranks of one region when not probed
-constexpr double kDefaultBw = 1.25e9;    // 10 Gbit/s when a nearby link was not probed
-constexpr double kWanBw = 1.25e8;        // 1 Gbit/s when a far link (RTT > 5 ms) was not probed
 constexpr double kChunkBytes = 1 << 20;  // pipelining granularity of the cost model
 
 Tree empty_tree(const std::string& algo, const TreeInput& in) {
@@ -31,32 +34,17 @@ Tree empty_tree(const std::string& algo, const TreeInput& in) {
   return t;
 }
 
-void link(Tree& t, int parent, int child) {
-  t.parent[child] = parent;
-  t.children[parent].push_back(child);
-}
-
-// Ranks other than the root, rotated so that the order starts after the root.
-std::vector<int> others(const TreeInput& in) {
-  std::vector<int> v;
-  for (int i = 1; i < in.nranks; ++i) v.push_back((in.root + i) % in.nranks);
-  return v;
-}
-
-double rtt_of(const TreeInput& in, int r) { return r < int(in.rtt_s.size()) && in.rtt_s[r] > 0 ? in.rtt_s[r] : kLanRtt; }
-// Unmeasured bandwidth: a LAN guess for nearby ranks, a WAN guess (1 Gbit/s) for far ones, so the
-// model still sees that crossing a region boundary is expensive.
-double bw_of(const TreeInput& in, int r) {
-  if (r < int(in.bw_Bps.size()) && in.bw_Bps[r] > 0) return in.bw_Bps[r];
-  return rtt_of(in, r) > 5e-3 ? kWanBw : kDefaultBw;
-}
-
 }  // namespace
 
 std::string configured_algo() { return kAlgo.get(); }
 
 const std::vector<std::string>& algorithms() {
-  static const std::vector<std::string> a = {"flat", "chain", "binomial", "region_tree", "region_spread"};
+  static const std::vector<std::string> a = [] {
+    std::vector<std::string> v;
+    for (const auto& x : algorithm_table())
+      if (x.in_auto) v.push_back(x.name);
+    return v;
+  }();
   return a;
 }
 
@@ -147,131 +135,27 @@ void order_children(Tree& t, const TreeInput& in) {
 
 Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
   if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) return InvalidArgument("tree: root out of range");
-  std::string algo = algo_in.empty() ? configured_algo() : algo_in;
-  auto regions = effective_regions(in);
+  const std::string algo = algo_in.empty() ? configured_algo() : algo_in;
   if (algo == "auto") {
+    // The cheapest candidate under the cost model.
     Tree best;
     double best_cost = 1e300;
-    for (const auto& a : algorithms()) {
-      auto t = build_tree(a, in);
-      if (!t.ok()) continue;
-      if (t->est_seconds < best_cost) {
+    for (const auto& a : algorithm_table()) {
+      if (!a.in_auto) continue;
+      auto t = build_tree(a.name, in);
+      if (t.ok() && t->est_seconds < best_cost) {
         best_cost = t->est_seconds;
-        best = t.value();
+        best = std::move(t.value());
       }
     }
     best.algo = "auto:" + best.algo;
     return best;
   }
+  const Algorithm* a = find_algorithm(algo);
+  if (!a) return InvalidArgument("unknown broadcast algorithm '" + algo + "' (" + algorithm_names() + ")");
   Tree t = empty_tree(algo, in);
-  t.region = regions;
-  auto rest = others(in);
-  if (algo == "flat") {
-    for (int r : rest) link(t, in.root, r);
-  } else if (algo == "chain") {
-    int prev = in.root;
-    for (int r : rest) {
-      link(t, prev, r);
-      prev = r;
-    }
-  } else if (algo == "binomial") {
-    // Relative rank v receives from v - 2^k where 2^k is v's highest set bit; children in
-    // decreasing subtree size.
-    const int n = in.nranks;
-    for (int v = 1; v < n; ++v) {
-      int hb = 1;
-      while (hb * 2 <= v) hb *= 2;
-      t.parent[(v + in.root) % n] = (v - hb + in.root) % n;
-    }
-    for (int v = 0; v < n; ++v) {
-      int real = (v + in.root) % n;
-      for (int step = 1; v + step < n; step *= 2)
-        if (v < step) t.children[real].push_back((v + step + in.root) % n);
-      std::reverse(t.children[real].begin(), t.children[real].end());
-    }
-  } else if (algo == "two_level") {
-    // SparrowRL's static relay tree: root -> the lowest rank of each other region -> the rest of it.
-    std::map<std::string, std::vector<int>> by_region;
-    for (int r : rest) by_region[regions[r]].push_back(r);
-    for (auto& [reg, members] : by_region) {
-      if (reg == regions[in.root]) {
-        for (int m : members) link(t, in.root, m);
-        continue;
-      }
-      int relay = *std::min_element(members.begin(), members.end());
-      link(t, in.root, relay);
-      for (int m : members)
-        if (m != relay) link(t, relay, m);
-    }
-  } else if (algo == "region_tree" || algo == "region_spread") {
-    // Group by region, then by host inside a region. region_spread: the root region's host leaders
-    // (which receive every step anyway) share the work of feeding the remote regions' relays, so the
-    // root's uplink carries fewer copies.
-    std::map<std::string, std::vector<int>> by_region;
-    for (int r = 0; r < in.nranks; ++r)
-      if (r != in.root) by_region[regions[r]].push_back(r);
-    auto host_of = [&](int r) { return r < int(in.places.size()) ? in.places[r].host : std::string(); };
-    // Feeds `members` from `head`: one leader per host in a chain, leaders feed their host's ranks.
-    std::vector<int> leaders;  // host leaders fed by feed(), in order
-    auto feed = [&](int head, std::vector<int> members) {
-      leaders.clear();
-      std::map<std::string, std::vector<int>> by_host;
-      std::vector<std::string> order;
-      for (int m : members) {
-        if (!by_host.count(host_of(m))) order.push_back(host_of(m));
-        by_host[host_of(m)].push_back(m);
-      }
-      int prev = head;
-      for (auto& h : order) {
-        auto& v = by_host[h];
-        int leader = v[0];
-        // A host that holds the head itself needs no leader: the head feeds it directly.
-        if (h == host_of(head)) {
-          for (int m : v) link(t, head, m);
-          continue;
-        }
-        link(t, prev, leader);
-        prev = leader;
-        leaders.push_back(leader);
-        for (size_t i = 1; i < v.size(); ++i) link(t, leader, v[i]);
-      }
-    };
-    std::vector<int> senders = {in.root};  // who may feed a remote region's relay
-    if (by_region.count(regions[in.root])) {
-      feed(in.root, by_region[regions[in.root]]);
-      if (algo == "region_spread") senders.insert(senders.end(), leaders.begin(), leaders.end());
-    }
-    // Remote regions, farthest first (the least loaded sender takes the next one).
-    std::vector<std::string> remote;
-    for (auto& [reg, members] : by_region)
-      if (reg != regions[in.root]) remote.push_back(reg);
-    auto region_rtt = [&](const std::string& reg) {
-      double m = 0;
-      for (int r : by_region[reg]) m = std::max(m, rtt_of(in, r));
-      return m;
-    };
-    std::stable_sort(remote.begin(), remote.end(),
-                     [&](const std::string& a, const std::string& b) { return region_rtt(a) > region_rtt(b); });
-    for (auto& reg : remote) {
-      const auto& members = by_region[reg];
-      // The relay: best probed bandwidth from the root, then lowest rank.
-      int relay = *std::min_element(members.begin(), members.end(), [&](int a, int b) {
-        double ba = bw_of(in, a), bb = bw_of(in, b);
-        return ba != bb ? ba > bb : a < b;
-      });
-      int parent = *std::min_element(senders.begin(), senders.end(), [&](int a, int b) {
-        return t.children[a].size() < t.children[b].size();  // ties: the earlier (the root first)
-      });
-      link(t, parent, relay);
-      std::vector<int> rest_members;
-      for (int m : members)
-        if (m != relay) rest_members.push_back(m);
-      feed(relay, rest_members);
-    }
-  } else {
-    return InvalidArgument("unknown broadcast algorithm '" + algo +
-                           "' (flat, chain, binomial, region_tree, region_spread, two_level, auto)");
-  }
+  t.region = effective_regions(in);
+  a->build(BuildContext{in, t.region, t});
   order_children(t, in);
   t.est_seconds = estimate_seconds(t, in);
   return t;

@@ -2,16 +2,9 @@
 // links, message size) into a parent and children for every rank; every rank computes the same tree
 // from the same inputs, so no tree is ever sent.
 //
-//   flat         root -> every rank
-//   chain        root -> r1 -> r2 -> ... (pipelined: the bandwidth-optimal shape for large messages)
-//   binomial     the classic log2(P)-round tree
-//   region_tree  root -> one relay per region (each region boundary crossed once); inside a region the
-//                relay feeds one leader per host as a chain, and host leaders feed the ranks on their
-//                host (the last hop stays on the host). Relays are the ranks with the best probed
-//                bandwidth from the root.
-//   two_level    SparrowRL's static tree (root -> lowest rank of each region -> the rest), kept as the
-//                ablation baseline; never chosen by auto
-//   auto         the cheapest of flat, chain, binomial, region_tree under a cost model fed by the probe table
+// The algorithms (flat, chain, binomial, region_tree, region_spread, two_level) live one per file
+// in topology/algorithms/, listed in one table (algorithms/registry.h); `auto` picks the cheapest of
+// those marked for it under the cost model below, fed by the probe table.
 #pragma once
 
 #include <string>
@@ -45,9 +38,9 @@ struct Tree {
   std::string format() const;              // human-readable
 };
 
-// SPARROW_ALGO: flat | chain | binomial | region_tree | auto
+// SPARROW_ALGO (one of the registry's names, or auto).
 std::string configured_algo();
-const std::vector<std::string>& algorithms();
+const std::vector<std::string>& algorithms();  // auto's candidates, in table order
 Result<Tree> build_tree(const std::string& algo, const TreeInput& in);
 // Regions: SPARROW_REGION labels where given; ranks without a label are clustered by their RTT to the
 // root (a new cluster starts where the RTT more than doubles and grows by more than 1 ms).

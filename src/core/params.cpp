@@ -181,6 +181,9 @@ StringParam::StringParam(const char* name, const char* def, const char* doc, std
   for (const char* c : choices) choices_.emplace_back(c);
 }
 
+StringParam::StringParam(const char* name, const char* def, const char* doc, std::vector<std::string> choices)
+    : ParamBase(name, "string", def, doc), choices_(std::move(choices)) {}
+
 namespace {
 // Enumerated values are matched without regard to case (SPARROW_DEBUG=info, like NCCL_DEBUG).
 const std::string* find_choice(const std::vector<std::string>& choices, const std::string& t) {

@@ -81,6 +81,7 @@ class StringParam : public ParamBase {
  public:
   // `choices` empty: any string; otherwise the value must be one of them (case-sensitive).
   StringParam(const char* name, const char* def, const char* doc, std::initializer_list<const char*> choices = {});
+  StringParam(const char* name, const char* def, const char* doc, std::vector<std::string> choices);
   std::string get() const;
 
  public:
