@@ -17,7 +17,7 @@
 #include "bootstrap/bootstrap.h"
 #include "collectives/bcast.h"
 #include "format/checkpoint.h"
-#include "collectives/comm.h"
+#include "comm/comm.h"
 #include "kernels/device.h"
 #include "transport/transport.h"
 #include "core/log.h"
@@ -31,6 +31,7 @@ static_assert(sizeof(sparrowUniqueId) == sparrow::bootstrap::kIdBytes, "unique i
 
 struct sparrowComm {
   std::unique_ptr<sparrow::Comm> impl;
+  std::unique_ptr<sparrow::coll::Engine> coll;  // the collectives' state on impl (destroyed first)
   // Calls running on this communicator: sparrowCommAbort (from another thread) aborts, waits for
   // them to return (every wait fails once aborted), and only then frees.
   std::atomic<int> in_use{0};
@@ -187,9 +188,9 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
         done[j] = true;
       }
     }
-    if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->impl, bufs, ops[i].root);
-    else if (ops[i].sparse) s = sparrow::coll::sparse_bcast(*ops[i].comm->impl, bufs, ops[i].root);
-    else s = sparrow::coll::broadcast(*ops[i].comm->impl, bufs, ops[i].root);
+    if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->coll, bufs, ops[i].root);
+    else if (ops[i].sparse) s = sparrow::coll::sparse_bcast(*ops[i].comm->coll, bufs, ops[i].root);
+    else s = sparrow::coll::broadcast(*ops[i].comm->coll, bufs, ops[i].root);
     done[i] = true;
     sparrowResult_t r = run(ops[i].comm, s);
     if (first == sparrowSuccess) first = r;
@@ -235,6 +236,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nran
   auto c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank);
   if (!c.ok()) return fail(c.status());
   *comm = new sparrowComm{std::move(c.value())};
+  (*comm)->coll = std::make_unique<sparrow::coll::Engine>(*(*comm)->impl);
   std::lock_guard<std::mutex> lk(g_live_mu);
   g_live.insert(*comm);
   return sparrowSuccess;
@@ -244,7 +246,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommDestroy(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowCommDestroy: comm is NULL");
   if (!retire(comm)) return fail(dead_handle("sparrowCommDestroy", comm));
   // Graceful: broadcasts this rank rooted were handed to the transport; let them arrive.
-  sparrow::Status s = sparrow::coll::finish(*comm->impl);
+  sparrow::Status s = sparrow::coll::finish(*comm->coll);
   if (!s.ok()) SPARROW_INFO("sparrowCommDestroy: %s", s.to_string().c_str());
   if (wait_idle(comm, "sparrowCommDestroy")) delete comm;  // another thread's call (a user error) ends first
   return sparrowSuccess;
@@ -315,7 +317,7 @@ SPARROW_EXPORT sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready)
   if (!comm || !ready) return invalid("sparrowStageQuery: NULL argument");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowStageQuery", comm));
-  auto p = sparrow::coll::stage_progress(*comm->impl);
+  auto p = sparrow::coll::stage_progress(*comm->coll);
   *ready = !p.pending || p.ready ? 1 : 0;
   return sparrowSuccess;
 }
@@ -324,14 +326,14 @@ SPARROW_EXPORT sparrowResult_t sparrowStageCommit(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowStageCommit: comm is NULL");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowStageCommit", comm));
-  return run(comm, sparrow::coll::stage_commit(*comm->impl));
+  return run(comm, sparrow::coll::stage_commit(*comm->coll));
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {
   if (!comm || !buff) return invalid("sparrowSparseBcastReset: NULL argument");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowSparseBcastReset", comm));
-  return run(comm, sparrow::coll::sparse_reset(*comm->impl, buff));
+  return run(comm, sparrow::coll::sparse_reset(*comm->coll, buff));
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowGroupStart(void) {
@@ -351,7 +353,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowSt
   if (!comm || !out) return invalid("sparrowCommGetStats: NULL argument");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommGetStats", comm));
-  const auto& st = comm->impl->coll().stats;
+  const auto& st = comm->coll->stats;
   out->ops = st.ops;
   out->denseBytes = st.dense_bytes;
   out->wireBytes = st.wire_bytes;
@@ -362,7 +364,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowSt
   out->totalSeconds = st.total_s;
   out->resyncs = st.resyncs;
   out->full = st.full ? 1 : 0;
-  auto p = sparrow::coll::stage_progress(*comm->impl);
+  auto p = sparrow::coll::stage_progress(*comm->coll);
   out->stagePending = p.pending ? 1 : 0;
   out->stageReady = p.ready ? 1 : 0;
   out->stageBytesReceived = p.bytes_received;
@@ -382,9 +384,9 @@ double peer_rtt(sparrow::Comm& c, int peer) {
   return -1;
 }
 
-std::vector<sparrowPeerStats> peer_stats(sparrow::Comm& c) {
+std::vector<sparrowPeerStats> peer_stats(sparrow::coll::Engine& e) {
   std::vector<sparrowPeerStats> v;
-  const auto& peers = c.coll().stats.peers;
+  const auto& peers = e.stats.peers;
   for (int r = 0; r < int(peers.size()); ++r) {
     const auto& p = peers[r];
     if (!p.sent && !p.received) continue;
@@ -395,7 +397,7 @@ std::vector<sparrowPeerStats> peer_stats(sparrow::Comm& c) {
     s.firstByteSeconds = p.first_s;
     s.lastByteSeconds = p.last_s;
     s.receiveBytesPerSecond = p.last_s > p.first_s && p.first_s >= 0 ? double(p.received) / (p.last_s - p.first_s) : 0;
-    s.rttSeconds = peer_rtt(c, r);
+    s.rttSeconds = peer_rtt(e.comm, r);
     v.push_back(s);
   }
   return v;
@@ -408,10 +410,10 @@ std::string json_num(double x) {
   return b;
 }
 
-std::string stats_json(sparrow::Comm& c) {
-  const auto& st = c.coll().stats;
+std::string stats_json(sparrow::coll::Engine& e) {
+  const auto& st = e.stats;
   auto n = [](unsigned long long v) { return std::to_string(v); };
-  std::string j = "{\"rank\":" + std::to_string(c.rank()) + ",\"op\":" + n(st.ops) + ",\"role\":\"" +
+  std::string j = "{\"rank\":" + std::to_string(e.rank()) + ",\"op\":" + n(st.ops) + ",\"role\":\"" +
                   (st.ops == 0 ? "none" : st.is_root() ? "root" : "receiver") + "\",\"full\":" + (st.full ? "true" : "false") +
                   ",\"dense_bytes\":" + n(st.dense_bytes) + ",\"wire_bytes\":" + n(st.wire_bytes) +
                   ",\"changed\":" + n(st.changed) + ",\"density\":" + json_num(st.density) +
@@ -424,7 +426,7 @@ std::string stats_json(sparrow::Comm& c) {
   for (size_t i = 0; i < st.children.size(); ++i) j += (i ? "," : "") + std::to_string(st.children[i]);
   j += "],\"peers\":[";
   bool first = true;
-  for (const auto& p : peer_stats(c)) {
+  for (const auto& p : peer_stats(e)) {
     j += std::string(first ? "" : ",") + "{\"rank\":" + std::to_string(p.rank) + ",\"sent\":" + n(p.bytesSent) +
          ",\"received\":" + n(p.bytesReceived) + ",\"first_byte\":" + json_num(p.firstByteSeconds) +
          ",\"last_byte\":" + json_num(p.lastByteSeconds) + ",\"receive_Bps\":" + json_num(p.receiveBytesPerSecond) +
@@ -441,7 +443,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetPeerStats(sparrowComm_t comm, sparr
     return invalid("sparrowCommGetPeerStats: NULL argument or negative maxPeers");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommGetPeerStats", comm));
-  auto v = peer_stats(*comm->impl);
+  auto v = peer_stats(*comm->coll);
   for (int i = 0; i < maxPeers && i < int(v.size()); ++i) peers[i] = v[i];
   *npeers = int(v.size());
   return sparrowSuccess;
@@ -455,7 +457,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsign
   auto& c = *comm->impl;
   if (bytesReceived) *bytesReceived = c.net().bytes_received();
   if (bytesSent) *bytesSent = c.net().bytes_sent();
-  if (inCall) *inCall = c.coll().in_call.load() > 0 ? 1 : 0;
+  if (inCall) *inCall = comm->coll->in_call.load() > 0 ? 1 : 0;
   return sparrowSuccess;
 }
 
@@ -463,7 +465,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char*
   if (!comm || (len && !buf)) return invalid("sparrowCommGetStatsJson: NULL argument");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommGetStatsJson", comm));
-  const std::string j = stats_json(*comm->impl);
+  const std::string j = stats_json(*comm->coll);
   if (needed) *needed = j.size() + 1;
   if (!buf && len == 0) return sparrowSuccess;  // asking for the size only
   if (len < j.size() + 1) return invalid("sparrowCommGetStatsJson: buffer too small (see *needed)");

@@ -1,7 +1,7 @@
 // C++ access to what a sparrowComm_t wraps (tools and tests linked to the static library).
 #pragma once
 
-#include "collectives/comm.h"
+#include "comm/comm.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow {

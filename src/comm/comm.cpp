@@ -1,4 +1,4 @@
-#include "collectives/comm.h"
+#include "comm/comm.h"
 
 #include <unistd.h>
 
@@ -57,13 +57,7 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   return c;
 }
 
-Comm::~Comm() {
-  // A step still being staged in the background uses the network: stop it before the network goes.
-  if (coll_.staged && net_) {
-    net_->abort(Status(Code::kInternalError, "communicator destroyed while a staged step was in flight"));
-    coll_.staged.reset();
-  }
-}
+Comm::~Comm() = default;
 
 void Comm::abort() {
   set_error(Status(Code::kInternalError, "communicator aborted"));

@@ -1,0 +1,69 @@
+#include "collectives/ack_window.h"
+
+#include "core/log.h"
+
+namespace sparrow::coll {
+
+void AckWindow::post(uint64_t seq, BufferKey key, std::vector<int> ranks) {
+  if (!ranks.empty()) pending_.push_back(Pending{seq, std::move(key), std::move(ranks)});
+}
+
+std::vector<int> AckWindow::missing(uint64_t seq) const {
+  for (const auto& p : pending_)
+    if (p.seq == seq) return p.ranks;
+  return {};
+}
+
+Status AckWindow::take(const std::vector<uint8_t>& bytes, int rank, uint64_t seq, const BufferKey& key) {
+  SPARROW_ASSIGN_OR_RETURN(Ack a, Ack::decode(bytes, "rank " + std::to_string(rank)));
+  if (a.resync && on_resync_) on_resync_(key, rank, a.holds);
+  if (a.status.ok() || a.status.code() == Code::kVersionMismatch) return Status::Ok();  // resynced next time
+  if (a.resync) {  // it failed there (a timeout, a lost parent) and is brought up to date next time
+    SPARROW_WARN("rank %d failed operation %llu (%s); it holds version %llu and is resynchronised at the next one",
+                 rank, (unsigned long long)seq, a.status.message().c_str(), (unsigned long long)a.holds);
+    return Status::Ok();
+  }
+  return Status(a.status.code(), "rank " + std::to_string(rank) + " failed operation " + std::to_string(seq) + ": " +
+                                     a.status.message());
+}
+
+bool AckWindow::drain_one(const OpWire& w, int me, Pending& p, bool block, Status* first) {
+  const OpWire op = w.for_seq(p.seq);
+  for (auto it = p.ranks.begin(); it != p.ranks.end();) {
+    if (!block && *it < me && !w.net.has_channel(*it)) {
+      ++it;
+      continue;
+    }
+    auto a = op.recv(*it, kAckSub, block ? w.deadline : transport::Clock::now());
+    if (!a.ok() && a.status().code() == Code::kTimeout && !block) {
+      ++it;
+      continue;
+    }
+    Status s = a.ok() ? take(a.value(), *it, p.seq, p.key) : a.status();
+    if (!s.ok() && first->ok()) *first = std::move(s);
+    it = p.ranks.erase(it);
+  }
+  return p.ranks.empty();
+}
+
+Status AckWindow::drain(const OpWire& w, int me, size_t window) {
+  Status first;
+  while (!pending_.empty()) {
+    const bool block = pending_.size() > window;
+    if (!drain_one(w, me, pending_.front(), block, &first)) break;
+    pending_.pop_front();
+  }
+  return first;
+}
+
+Status AckWindow::agree(const OpWire& w, const std::vector<int>& ranks) {
+  Status first;
+  for (int r : ranks) {
+    auto a = w.recv(r, kAckSub);
+    Status s = a.ok() ? take(a.value(), r, w.seq, {}) : a.status();
+    if (!s.ok() && first.ok()) first = std::move(s);
+  }
+  return first;
+}
+
+}  // namespace sparrow::coll

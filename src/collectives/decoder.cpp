@@ -1,0 +1,81 @@
+#include "collectives/decoder.h"
+
+namespace sparrow::coll {
+
+DecodeWorker::~DecodeWorker() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (t_.joinable()) t_.join();
+}
+
+std::unique_ptr<DecodeWorker::Job> DecodeWorker::start(kernels::cpu::ApplySession* sess, int parent) {
+  auto j = std::make_unique<Job>();
+  j->w_ = this;
+  j->sess_ = sess;
+  j->parent_ = parent;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (sess && !t_.joinable()) t_ = std::thread([this] { run(); });
+  return j;
+}
+
+void DecodeWorker::Job::push(Frame f) {
+  if (!sess_) return;
+  {
+    std::lock_guard<std::mutex> lk(w_->mu_);
+    queued_++;
+    w_->q_.emplace_back(this, std::move(f));
+  }
+  w_->cv_.notify_one();
+}
+
+Status DecodeWorker::Job::join() {
+  if (!w_) return status_;
+  std::unique_lock<std::mutex> lk(w_->mu_);
+  // Decoding is CPU work on frames already here: it always ends (no network wait behind it).
+  w_->done_cv_.wait(lk, [&] { return done_ == queued_; });
+  joined_ = true;
+  return status_;
+}
+
+uint32_t DecodeWorker::Job::verified() const {
+  std::lock_guard<std::mutex> lk(w_->mu_);
+  return status_.ok() ? done_ : 0;
+}
+
+void DecodeWorker::decode(Job& j, const Frame& f) {
+  Status s;
+  bool first;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!j.status_.ok()) return;  // drain: the first failure stands
+    first = j.done_ == 0;
+  }
+  s = first ? j.sess_->begin(*f) : j.sess_->add_chunk(f);
+  if (!s.ok() && !first) s.context("from rank " + std::to_string(j.parent_));
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!s.ok() && j.status_.ok()) j.status_ = std::move(s);
+}
+
+void DecodeWorker::run() {
+  while (true) {
+    std::pair<Job*, Frame> item;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return !q_.empty() || stop_; });
+      if (q_.empty()) return;
+      item = std::move(q_.front());
+      q_.pop_front();
+    }
+    decode(*item.first, item.second);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      item.first->done_++;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace sparrow::coll

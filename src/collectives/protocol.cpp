@@ -1,0 +1,148 @@
+#include "collectives/protocol.h"
+
+#include "format/bits.h"
+#include "format/checkpoint.h"
+
+namespace sparrow::coll {
+namespace {
+
+constexpr uint32_t kOpMagic = 0x504f5053;  // "SPOP"
+constexpr uint32_t kMaxListed = 1u << 24;  // buffers or resync ranks in one header
+
+[[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
+
+}  // namespace
+
+std::vector<uint8_t> OpHeader::encode() const {
+  std::vector<uint8_t> o;
+  format::put_u32(o, kOpMagic);
+  format::put_u8(o, kind);
+  format::put_u8(o, flags);
+  format::put_u16(o, 0);
+  format::put_u32(o, uint32_t(root));
+  format::put_u32(o, uint32_t(bufs.size()));
+  for (auto& [n, d] : bufs) {
+    format::put_u64(o, n);
+    format::put_u8(o, d);
+  }
+  format::put_u32(o, uint32_t(resync.size()));
+  for (int32_t r : resync) format::put_u32(o, uint32_t(r));
+  format::put_u64(o, segment);
+  return o;
+}
+
+Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
+  format::ByteReader r(m, "operation header");
+  OpHeader h;
+  uint32_t magic, root, nb, nr;
+  uint16_t reserved;
+  SPARROW_RETURN_IF_ERROR(r.u32(&magic));
+  if (magic != kOpMagic) return CorruptData("bad operation header");
+  SPARROW_RETURN_IF_ERROR(r.u8(&h.kind));
+  SPARROW_RETURN_IF_ERROR(r.u8(&h.flags));
+  SPARROW_RETURN_IF_ERROR(r.u16(&reserved));
+  SPARROW_RETURN_IF_ERROR(r.u32(&root));
+  h.root = int32_t(root);
+  SPARROW_RETURN_IF_ERROR(r.u32(&nb));
+  if (nb > kMaxListed) return CorruptData("operation header: too many buffers");
+  for (uint32_t i = 0; i < nb; ++i) {
+    uint64_t n;
+    uint8_t d;
+    SPARROW_RETURN_IF_ERROR(r.u64(&n));
+    SPARROW_RETURN_IF_ERROR(r.u8(&d));
+    h.bufs.push_back({n, d});
+  }
+  SPARROW_RETURN_IF_ERROR(r.u32(&nr));
+  if (nr > kMaxListed) return CorruptData("operation header: too many resync ranks");
+  for (uint32_t i = 0; i < nr; ++i) {
+    uint32_t x;
+    SPARROW_RETURN_IF_ERROR(r.u32(&x));
+    h.resync.push_back(int32_t(x));
+  }
+  SPARROW_RETURN_IF_ERROR(r.u64(&h.segment));
+  return h;
+}
+
+std::vector<uint8_t> Ack::encode() const {
+  std::vector<uint8_t> o;
+  format::put_u32(o, uint32_t(status.code()));
+  format::put_u8(o, resync ? 1 : 0);
+  const std::string m = status.message().substr(0, 1000);
+  format::put_u16(o, uint16_t(m.size()));
+  o.insert(o.end(), m.begin(), m.end());
+  format::put_u64(o, holds);
+  return o;
+}
+
+Result<Ack> Ack::decode(const std::vector<uint8_t>& m, const std::string& from) {
+  format::ByteReader r(m, "acknowledgement");
+  uint32_t code;
+  uint8_t resync;
+  uint16_t n;
+  const uint8_t* p;
+  Ack a;
+  if (!r.u32(&code).ok() || !r.u8(&resync).ok() || !r.u16(&n).ok() || !r.bytes(n, &p).ok() || !r.u64(&a.holds).ok())
+    return CorruptData("bad acknowledgement from " + from);
+  if (code > uint32_t(Code::kAuthError)) return CorruptData("acknowledgement from " + from + " with unknown status " + std::to_string(code));
+  a.resync = resync != 0;
+  if (code != 0) a.status = Status(Code(code), std::string(reinterpret_cast<const char*>(p), n));
+  return a;
+}
+
+std::string arg_desc(const std::vector<BufferArg>& bufs, int root) {
+  std::string s = "root " + std::to_string(root) + ", buffers:";
+  for (auto& b : bufs) s += " " + std::to_string(b.count) + " x " + format::dtype_name(uint8_t(b.dtype));
+  return s;
+}
+
+Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg>& bufs, int root, int me) {
+  bool ok = h.kind == kind && h.root == root && h.bufs.size() == bufs.size();
+  for (size_t i = 0; ok && i < bufs.size(); ++i) ok = h.bufs[i].first == bufs[i].count && h.bufs[i].second == bufs[i].dtype;
+  if (ok) return Status::Ok();
+  std::vector<BufferArg> theirs;
+  for (auto& [n, d] : h.bufs) theirs.push_back({nullptr, nullptr, n, d});
+  return Error(Code::kInvalidUsage, std::string(kind == kSparse ? "sparse_bcast" : "broadcast") +
+                                        " arguments differ between ranks: the root called it with " +
+                                        arg_desc(theirs, h.root) + "; rank " + std::to_string(me) + " with " +
+                                        arg_desc(bufs, root));
+}
+
+std::string name_key(const transport::MsgKey& k) {
+  const std::string op = "operation " + std::to_string(k.seq);
+  switch (k.sub) {
+    case 0: return "header of " + op;
+    case kAckSub: return "acknowledgement of " + op;
+    case kResyncSub: return "resync (snapshot or missed deltas) of " + op;
+    case kVerdictSub: return "verdict on " + op;
+    default: return "part " + std::to_string(k.sub) + " of " + op;
+  }
+}
+
+bool is_footer(const std::vector<uint8_t>& frame) {
+  return frame.size() >= 4 && format::load_u32(frame.data()) == format::kFooterMagic;
+}
+
+Status OpWire::send(const std::vector<int>& to, uint32_t sub, const Frame& m,
+                    std::vector<transport::SendRequestPtr>* reqs) const {
+  for (int r : to) {
+    auto q = net.send(r, key(sub), transport::Payload{m->data(), m->size(), m}, deadline);
+    if (!q.ok()) return q.status();
+    if (reqs) reqs->push_back(q.value());
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> OpWire::recv(int from, uint32_t sub, transport::Deadline d) const {
+  return net.recv(from, key(sub), d);
+}
+
+Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadline d) {
+  Status first;
+  for (auto& r : reqs) {
+    Status s = r->wait(d);
+    if (!s.ok() && first.ok()) first = std::move(s);
+  }
+  return first;
+}
+
+}  // namespace sparrow::coll

@@ -1,0 +1,91 @@
+// What travels between ranks in one collective operation, each message with one encoder and one
+// decoder. Every message of operation `seq` is keyed (communicator, seq, sub):
+//   sub 0          op header, parent -> children: kind, root, buffers (count, dtype), the ranks that
+//                  get a resync straight from the root in this operation, the dense segment size
+//   sub 1..        the payload: dense segments; or the sparse checkpoint's header (sub 1), chunks in
+//                  the order the root produced them, and the footer (the end marker)
+//   kResyncSub     root -> rank: a full snapshot, or the retained deltas from the version the rank
+//                  holds to this operation's base ("SPCH" chain message)
+//   kAckSub        rank -> root: the operation's status on that rank, whether it asks for a resync
+//                  and the version it holds (sent also when its call failed)
+//   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
+//                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/net.h"
+
+namespace sparrow::coll {
+
+struct BufferArg {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  int dtype = 0;
+};
+
+using Frame = std::shared_ptr<std::vector<uint8_t>>;
+inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vector<uint8_t>>(std::move(v)); }
+
+constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u;
+constexpr uint8_t kDense = 1, kSparse = 2;
+constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
+
+struct OpHeader {
+  uint8_t kind = 0;
+  uint8_t flags = 0;
+  int32_t root = 0;
+  std::vector<std::pair<uint64_t, uint8_t>> bufs;  // count, dtype
+  std::vector<int32_t> resync;
+  uint64_t segment = 0;
+  std::vector<uint8_t> encode() const;
+  static Result<OpHeader> decode(const std::vector<uint8_t>& m);
+};
+
+// An acknowledgement, and the root's verdict in the same shape.
+struct Ack {
+  Status status;
+  bool resync = false;  // the rank asks to be brought up to date at the next operation
+  uint64_t holds = 0;   // the version its buffers hold (what a catch-up starts from; 0: a full snapshot)
+  std::vector<uint8_t> encode() const;
+  static Result<Ack> decode(const std::vector<uint8_t>& m, const std::string& from);
+};
+
+// kInvalidUsage naming both calls when a rank's arguments differ from the root's header.
+Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg>& bufs, int root, int me);
+// "root 0, buffers: 1024 x bfloat16 ..." (error messages).
+std::string arg_desc(const std::vector<BufferArg>& bufs, int root);
+// "header of operation 7", "acknowledgement of operation 7", ... (timeouts name what was awaited).
+std::string name_key(const transport::MsgKey& k);
+// The checkpoint footer ends a sparse operation's stream.
+bool is_footer(const std::vector<uint8_t>& frame);
+
+// The messages of one operation on one rank: keyed (communicator, seq, sub), every wait bounded by
+// the operation's deadline unless told otherwise. Payloads are kept alive by the send requests.
+struct OpWire {
+  transport::Net& net;
+  uint64_t comm = 0;
+  uint64_t seq = 0;
+  transport::Deadline deadline;
+
+  transport::MsgKey key(uint32_t sub) const { return transport::MsgKey{comm, seq, sub}; }
+  // Sends `m` to each of `to` (appending the requests to `reqs` when given).
+  Status send(const std::vector<int>& to, uint32_t sub, const Frame& m,
+              std::vector<transport::SendRequestPtr>* reqs = nullptr) const;
+  Result<std::vector<uint8_t>> recv(int from, uint32_t sub) const { return recv(from, sub, deadline); }
+  Result<std::vector<uint8_t>> recv(int from, uint32_t sub, transport::Deadline d) const;
+  // The same wire for another operation of the same communicator.
+  OpWire for_seq(uint64_t s) const { return OpWire{net, comm, s, deadline}; }
+};
+
+// Waits until every request was handed to the transport; the first failure.
+Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadline d);
+
+}  // namespace sparrow::coll

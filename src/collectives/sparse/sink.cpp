@@ -1,0 +1,244 @@
+#include "collectives/sparse/sink.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "format/bits.h"
+#include "format/checkpoint.h"
+
+namespace sparrow::coll {
+namespace {
+
+// This rank's receive state for a buffer set (a new buffer set, or a new layout, starts from nothing).
+RecvState& receiver_state(Engine& e, const BufferKey& key, const std::vector<kernels::cpu::TensorSpec>& layout) {
+  auto& rv = e.recvs[key];
+  auto same = [](const kernels::cpu::TensorSpec& x, const kernels::cpu::TensorSpec& y) {
+    return x.count == y.count && x.dtype == y.dtype;
+  };
+  if (!std::equal(rv.layout.begin(), rv.layout.end(), layout.begin(), layout.end(), same)) {
+    rv.layout = layout;
+    rv.st = {};
+    rv.stale = false;
+  }
+  return rv;
+}
+
+// Hands a whole checkpoint (a resync snapshot) to an ApplySession frame by frame and prepares it.
+Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob) {
+  std::span<const uint8_t> rest(*blob);
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(rest, &used));
+  SPARROW_RETURN_IF_ERROR(sess.begin(rest.first(used)));
+  rest = rest.subspan(used);
+  while (rest.size() >= 4 && format::load_u32(rest.data()) != format::kFooterMagic) {
+    SPARROW_ASSIGN_OR_RETURN(format::ChunkView cv, format::parse_chunk(rest, h, &used));
+    (void)cv;
+    SPARROW_RETURN_IF_ERROR(sess.add_chunk(blob, rest.first(used)));
+    rest = rest.subspan(used);
+  }
+  return sess.prepare(rest);
+}
+
+}  // namespace
+
+SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op, bool staged)
+    : e_(e), bufs_(std::move(bufs)), root_(root), op_(op),
+      relay_(e.wire(op.seq), op.tree.parent[e.rank()], op.tree.children[e.rank()]), state_(op.seq, "receiver"),
+      t0_(now_s()) {
+  aopt_.checksum_ahead = staged;  // a staged commit only writes
+}
+
+Status SparseSink::receive() {
+  // What earlier operations left behind (ones this rank gave up on) is of no use any more.
+  if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq))
+    SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
+  rv_ = &receiver_state(e_, op_.key, op_.layout);
+  while (state_.phase() != Phase::kDone) state_.advance(step());
+  Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
+  if (!acked_) {
+    // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
+    // and asks to be brought up to date at the next operation (best effort: the root may be gone).
+    need_resync_ = true;
+    (void)relay_.wire().send({root_}, kAckSub, share(Ack{r, true, rv_->st.version}.encode()));
+  }
+  return r;
+}
+
+Phase SparseSink::step() {
+  switch (state_.phase()) {
+    case Phase::kHeader: return on_header();
+    case Phase::kStream: return on_stream();
+    case Phase::kAccept: return on_accept();
+    case Phase::kAck: return on_ack();
+    case Phase::kVerdict: return on_verdict();
+    case Phase::kFlush: return on_flush();
+    default: return Phase::kDone;
+  }
+}
+
+Phase SparseSink::on_header() {
+  auto hf = relay_.next(0);
+  if (!hf.ok()) {
+    fatal_ = hf.status();
+    return Phase::kDone;
+  }
+  auto h = OpHeader::decode(*hf.value());
+  if (!h.ok()) {
+    fatal_ = h.status();
+    return Phase::kDone;
+  }
+  result_ = check_header(h.value(), kSparse, bufs_, root_, e_.rank());
+  // A rank that refused or failed the last operation gets a resync in this one (the root collects
+  // that acknowledgement before it finishes sending); so does one the root lists in the header.
+  full_ = h->flags & kOpFull;  // the root sends a verdict on exactly these
+  const auto& listed = h->resync;
+  resync_ = !full_ && (rv_->stale || std::find(listed.begin(), listed.end(), e_.rank()) != listed.end());
+  for (auto& b : bufs_) dst_.push_back(b.recv);
+  if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
+  return Phase::kStream;
+}
+
+// Sub 1.. (checkpoint header, chunks, footer): each forwarded at once and handed to the decoder.
+Phase SparseSink::on_stream() {
+  auto job = e_.decoder.start(sess_ ? &*sess_ : nullptr, relay_.parent());
+  Status got;
+  for (uint32_t sub = 1; sub <= (1u << 30); ++sub) {
+    auto f = relay_.next(sub);
+    state_.received(relay_.parts() - 1);
+    if (!f.ok()) {
+      got = std::move(f.status());
+      break;
+    }
+    if (resync_) held_.push_back(f.value());  // this step's delta: the last link of a catch-up chain
+    if (is_footer(*f.value())) {
+      footer_ = f.value();
+      break;
+    }
+    job->push(f.value());
+  }
+  Status decoded = job->join();
+  state_.verified(job->verified());
+  if (!got.ok()) got.context(state_.where());
+  if (result_.ok()) result_ = got.ok() ? decoded : got;
+  return Phase::kAccept;
+}
+
+Phase SparseSink::on_accept() {
+  if (!result_.ok()) return Phase::kAck;
+  if (resync_) {
+    result_ = accept_resync();
+  } else {
+    result_ = footer_ ? sess_->prepare(*footer_)
+                      : CorruptData("checkpoint from rank " + std::to_string(relay_.parent()) + " has no footer");
+  }
+  return Phase::kAck;
+}
+
+// The resync from the root, checked in place of this step's delta.
+Status SparseSink::accept_resync() {
+  SPARROW_ASSIGN_OR_RETURN(auto m, relay_.wire().recv(root_, kResyncSub));
+  Frame blob = share(std::move(m));
+  resync_bytes_ += blob->size();
+  sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
+  if (!is_chain_message(*blob)) return feed_checkpoint(*sess_, blob);
+  return catch_up(blob);
+}
+
+// The deltas this rank missed, then this step's as it arrived: composed and written once.
+Status SparseSink::catch_up(const Frame& chain) {
+  SPARROW_ASSIGN_OR_RETURN(auto links, decode_chain_message(*chain));
+  auto cur = std::make_shared<std::vector<uint8_t>>();
+  for (auto& f : held_) cur->insert(cur->end(), f->begin(), f->end());
+  links.push_back(*cur);
+  catchup_bytes_ = chain->size();
+  Status s = sess_->prepare_chain(links, {chain, cur});
+  if (!s.ok())
+    s.context("catching up from version " + std::to_string(rv_->st.version) + " by " + std::to_string(links.size()) +
+              " delta(s)");
+  return s;
+}
+
+Phase SparseSink::on_ack() {
+  uint64_t holds = 0;  // what a catch-up may start from (0: a full snapshot)
+  if (!result_.ok() && resync_) {
+    need_resync_ = true;  // the resync itself failed: a full snapshot next time
+  } else if (result_.code() == Code::kVersionMismatch) {
+    // Behind (it holds an older version, untouched): the deltas it missed will do. Written to since
+    // its last step: only a full snapshot.
+    need_resync_ = true;
+    const bool behind = sess_ && sess_->base_version() != rv_->st.version;
+    if (behind) holds = rv_->st.version;
+    result_.context("rank " + std::to_string(e_.rank()) + " refused this step: its buffers are as they were, and "
+                    "its next call on them brings " + (behind ? "the steps it missed" : "a full snapshot") +
+                    " from rank " + std::to_string(root_));
+  }
+  Status s = relay_.wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
+  if (!s.ok()) {
+    fatal_ = std::move(s);
+    return Phase::kDone;
+  }
+  acked_ = true;
+  return full_ ? Phase::kVerdict : Phase::kFlush;
+}
+
+Phase SparseSink::on_verdict() {
+  auto v = relay_.wire().recv(root_, kVerdictSub);
+  Status verdict = v.ok() ? Status::Ok() : v.status();
+  if (v.ok()) {
+    auto a = Ack::decode(v.value(), "the root");
+    verdict = a.ok() ? a->status : a.status();
+  }
+  if (result_.ok()) result_ = std::move(verdict);
+  return Phase::kFlush;
+}
+
+// A relay's forwarding is part of its call: once it returns, the caller may destroy the communicator,
+// which must not cut its children off. (Handed to the kernel: usually done already.)
+Phase SparseSink::on_flush() {
+  Status s = relay_.finish();
+  if (!s.ok() && result_.ok()) result_ = std::move(s).context("forwarding to this rank's children");
+  return Phase::kDone;
+}
+
+Status SparseSink::commit(Status received) {
+  Status result = std::move(received);
+  kernels::cpu::ApplyStats as;
+  if (result.ok() && sess_) {
+    state_.advance(Phase::kCommit);
+    result = sess_->commit(&as);
+    if (result.ok() && resync_) resynced_ = true;
+    state_.advance(Phase::kDone);
+  }
+  // Expect a snapshot next time exactly when this step was refused and one was asked for; a
+  // snapshot that failed starts over (the next delta is refused and asks again).
+  if (rv_ && (result.ok() || need_resync_ || resync_)) rv_->stale = need_resync_;
+  record_stats(as, result);
+  return result;
+}
+
+void SparseSink::record_stats(const kernels::cpu::ApplyStats& as, const Status& result) {
+  record_traffic(e_, relay_.parent(), relay_.children());
+  auto& st = e_.stats;
+  st.verify_s = as.verify_seconds;
+  st.decode_s = as.decode_seconds;
+  st.commit_s = as.write_seconds;
+  st.ops++;
+  if (resynced_) st.resyncs++;
+  if (resynced_ && catchup_bytes_) {
+    st.catchups++;
+    st.catchup_bytes += catchup_bytes_;
+  }
+  st.changed = resync_ && !catchup_bytes_ ? 0 : as.changes;
+  st.apply_s = as.decode_seconds + as.write_seconds;  // decoding, the acceptance checks, the writes
+  st.dense_bytes = op_.dense;
+  st.wire_bytes = bytes_received();
+  uint64_t elems = 0;
+  for (auto& l : op_.layout) elems += l.count;
+  st.density = elems ? double(st.changed) / double(elems) : 0;
+  st.encode_s = 0;
+  st.full = full_;
+  st.total_s = now_s() - t0_;
+  log_step(e_, result.ok() ? "sparse_bcast" : "sparse_bcast (failed)");
+}
+
+}  // namespace sparrow::coll

@@ -1,0 +1,76 @@
+// One sparse operation on a receiver (a relay too), as an explicit phase machine (collectives/op.h):
+//   header  the op header from the parent, forwarded, checked against this rank's arguments
+//   stream  every frame from the parent, forwarded at once (Relay) and handed to the communicator's
+//           decode worker, which verifies and decodes it; until the footer
+//   accept  the acceptance check (base verified, digests, every chunk), or the resync received from
+//           the root and checked in its place (a snapshot, or the missed deltas composed with this
+//           step's own: written once, from the old version to the new)
+//   ack     the acknowledgement to the root: status, resync wanted, the version held
+//   verdict (a full operation only) the root's agreed result
+//   flush   everything forwarded handed to the transport
+// Nothing is written to the user's buffers until commit(), which writes (time proportional to the
+// changes) and records the stats: a blocking call runs both at once; a staged call
+// (sparrowSparseBcastStage) runs receive() on a background thread and commit() at
+// sparrowStageCommit. Until commit() the targets are only read.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "collectives/op.h"
+#include "collectives/relay.h"
+#include "collectives/sparse/sparse_op.h"
+#include "collectives/state.h"
+
+namespace sparrow::coll {
+
+class SparseSink {
+ public:
+  SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op, bool staged);
+  // Header through flush; on a failure before its acknowledgement, acknowledges it as failed
+  // (asking for a resync at the next operation) on the way out.
+  Status receive();
+  // Writes what receive() accepted (`received` is its result) and records the operation's stats.
+  Status commit(Status received);
+
+  // Progress, readable from another thread while receive() runs.
+  uint64_t bytes_received() const { return relay_.bytes() + resync_bytes_.load(); }
+  size_t staged_bytes() const { return sess_ ? sess_->staged_bytes() : 0; }
+  Phase phase() const { return state_.phase(); }
+
+ private:
+  // One phase; returns the next. A transport failure that ends the operation at once (the header
+  // or the acknowledgement could not travel) sets fatal_ and returns kDone.
+  Phase step();
+  Phase on_header();
+  Phase on_stream();
+  Phase on_accept();
+  Phase on_ack();
+  Phase on_verdict();
+  Phase on_flush();
+  Status accept_resync();
+  Status catch_up(const Frame& chain);
+  void record_stats(const kernels::cpu::ApplyStats& as, const Status& result);
+
+  Engine& e_;
+  std::vector<BufferArg> bufs_;
+  int root_;
+  const SparseOp op_;
+  Relay relay_;
+  OpState state_;
+  double t0_;
+  RecvState* rv_ = nullptr;
+  std::vector<void*> dst_;
+  kernels::cpu::ApplyOptions aopt_;
+  std::optional<kernels::cpu::ApplySession> sess_;
+  Frame footer_;
+  std::vector<Frame> held_;  // this step's frames, when a catch-up composes them after the missed deltas
+  std::atomic<uint64_t> resync_bytes_{0};
+  uint64_t catchup_bytes_ = 0;
+  Status result_, fatal_;
+  bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
+};
+
+}  // namespace sparrow::coll

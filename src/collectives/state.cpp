@@ -1,0 +1,79 @@
+#include "collectives/state.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "collectives/sparse/stage.h"
+#include "core/log.h"
+
+namespace sparrow::coll {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+Engine::Engine(Comm& c)
+    : comm(c), acks([this](const BufferKey& key, int rank, uint64_t holds) {
+        auto it = roots.find(key);
+        if (it != roots.end()) it->second.need_resync[rank] = holds;
+      }) {}
+
+Engine::~Engine() {
+  // A step still being staged in the background uses the network: stop it before the network goes.
+  if (staged) {
+    comm.net().abort(Status(Code::kInternalError, "communicator destroyed while a staged step was in flight"));
+    staged.reset();
+  }
+}
+
+Result<topology::Tree> Engine::tree(int root, double bytes) {
+  topology::TreeInput in;
+  in.nranks = comm.nranks();
+  in.root = root;
+  for (auto& r : comm.ranks()) in.places.push_back({r.host, r.region});
+  // The probe measured from rank 0; it stands in for other roots too (same links at this scale).
+  in.rtt_s = comm.probe().rtt_s;
+  in.bw_Bps = comm.probe().bw_Bps;
+  in.message_bytes = bytes;
+  auto t = topology::build_tree("", in);
+  if (t.ok() && rank() == root && log::level() >= log::Level::kInfo) {
+    // Once per distinct tree (it is the same every step unless the root or the size class changes).
+    std::string f = t->format();
+    if (f != last_tree_logged_) {
+      SPARROW_INFO("%s", f.c_str());
+      last_tree_logged_ = std::move(f);
+    }
+  }
+  return t;
+}
+
+void record_traffic(Engine& e, int parent, const std::vector<int>& children) {
+  auto& st = e.stats;
+  const int n = e.comm.nranks();
+  st.parent = parent;
+  st.children = children;
+  st.peers.resize(size_t(n));
+  for (int r = 0; r < n; ++r) st.peers[r] = r == e.rank() ? transport::Net::PeerTraffic{} : e.comm.net().traffic(r);
+  st.extract_s = st.first_byte_s = st.last_byte_s = st.verify_s = st.decode_s = st.commit_s = -1;
+  if (parent >= 0) {
+    st.first_byte_s = st.peers[parent].first_s;
+    st.last_byte_s = st.peers[parent].last_s;
+  }
+}
+
+void log_step(Engine& e, const char* what) {
+  if (log::level() < log::Level::kInfo || !(log::subsystems() & log::kStep)) return;
+  const auto& st = e.stats;
+  const auto& p = e.comm.probe();
+  double bound = -1;
+  for (int r = 0; r < int(p.bw_Bps.size()) && r < e.comm.nranks(); ++r) {
+    if (r == p.root || p.bw_Bps[r] <= 0 || p.rtt_s[r] < 0) continue;
+    if (!st.is_root() && r != e.rank()) continue;  // a receiver: its own path; the root: the slowest
+    bound = std::max(bound, double(st.wire_bytes) / p.bw_Bps[r] + p.rtt_s[r] / 2);
+  }
+  char b[64] = "";
+  if (bound > 0) snprintf(b, sizeof b, ", %.2fx the probed bound %.1f ms", st.total_s / bound, bound * 1e3);
+  SPARROW_STEP("%s op %llu (%s): %llu -> %llu bytes%s, %.1f ms%s", what, (unsigned long long)st.ops,
+               st.is_root() ? "root" : "receiver", (unsigned long long)st.dense_bytes, (unsigned long long)st.wire_bytes,
+               st.full ? ", full" : "", st.total_s * 1e3, b);
+}
+
+}  // namespace sparrow::coll

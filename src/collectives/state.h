@@ -1,0 +1,102 @@
+// The collectives' state on one communicator (coll::Engine): per buffer set what the root encodes
+// from and what a receiver holds, the acknowledgements the root still expects, the staged step,
+// the decode worker and the last operation's stats. The communicator itself (comm/comm.h) knows
+// nothing of it. Used by one thread at a time, like the communicator (progress and stats readers
+// from other threads use the atomics only).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/ack_window.h"
+#include "collectives/decoder.h"
+#include "collectives/protocol.h"
+#include "collectives/retain.h"
+#include "comm/comm.h"
+#include "kernels/cpu/delta.h"
+#include "topology/tree.h"
+
+namespace sparrow::coll {
+
+struct StagedOp;  // a sparse operation a receiver is staging in the background (sparse/stage.cpp)
+
+struct RootState {
+  std::vector<kernels::cpu::TensorSpec> layout;
+  std::unique_ptr<kernels::cpu::DeltaEncoder> enc;
+  // Ranks that get a resync at the next operation, with the version each holds (0: unknown or
+  // written to: a full snapshot; else the retained deltas from it, when smaller).
+  std::map<int, uint64_t> need_resync;
+  RetainedSteps retained;
+};
+
+struct RecvState {
+  std::vector<kernels::cpu::TensorSpec> layout;
+  kernels::cpu::ReceiverState st;
+  // The last operation was refused or failed here, and the root was asked for a resync: the next
+  // operation brings one (a snapshot, or the deltas this rank missed), and this rank expects it.
+  bool stale = false;
+};
+
+struct Stats {
+  uint64_t ops = 0, resyncs = 0;
+  uint64_t catchups = 0, catchup_bytes = 0;  // resyncs by retained deltas instead of a snapshot
+  uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
+  double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
+  bool full = false;
+  // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (CPU
+  // seconds over its worker threads); a receiver's first and last byte from its parent (since
+  // its call began), base verification, decoding, and the commit (the writes).
+  double extract_s = -1, first_byte_s = -1, last_byte_s = -1, verify_s = -1, decode_s = -1, commit_s = -1;
+  std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
+  int parent = -1;            // this rank's parent in the operation's tree (-1: the root)
+  std::vector<int> children;  // and its children
+  bool is_root() const { return parent < 0; }
+};
+
+class Engine {
+ public:
+  explicit Engine(Comm& c);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Comm& comm;
+  std::map<BufferKey, RootState> roots;
+  std::map<BufferKey, RecvState> recvs;
+  AckWindow acks;
+  DecodeWorker decoder;
+  // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
+  // (Declared after the decoder: destroyed first, since its receive uses it.)
+  std::shared_ptr<StagedOp> staged;
+  Stats stats;
+  std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
+
+  int rank() const { return comm.rank(); }
+  // The wire of operation `seq`, its waits bounded by one SPARROW_TIMEOUT_S from now.
+  OpWire wire(uint64_t seq) { return OpWire{comm.net(), comm.comm_id(), seq, comm.deadline()}; }
+  // The operation's tree (INFO logs each distinct tree once on the root).
+  Result<topology::Tree> tree(int root, double bytes);
+
+ private:
+  std::string last_tree_logged_;
+};
+
+// Marks a collective running on this communicator (for sparrowCommGetProgress) while in scope.
+struct InCall {
+  Engine& e;
+  explicit InCall(Engine& e_) : e(e_) { e.in_call++; }
+  ~InCall() { e.in_call--; }
+};
+
+// The traffic of the operation that just ended, this rank's place in its tree, and (for a receiver)
+// its first and last byte from its parent; the stage times are set by the caller.
+void record_traffic(Engine& e, int parent, const std::vector<int>& children);
+// SPARROW_DEBUG=INFO with SPARROW_DEBUG_SUBSYS=STEP: one line per step on every rank, with the bound
+// the start-up probe gives for it (wire bytes over the probed rate plus half the round trip).
+void log_step(Engine& e, const char* what);
+double now_s();
+
+}  // namespace sparrow::coll

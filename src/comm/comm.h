@@ -1,0 +1,58 @@
+// The communicator behind sparrowComm_t: identity, network, the rank table (hosts, regions), the probe
+// table, the op sequence and errors. No codec or collective state: that is coll::Engine
+// (collectives/state.h), which the API layer keeps beside it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "core/status.h"
+#include "topology/probe.h"
+#include "transport/net.h"
+
+namespace sparrow {
+
+class Comm {
+ public:
+  // Collective: every rank calls it with the same id and nranks.
+  static Result<std::unique_ptr<Comm>> init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank);
+  ~Comm();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  uint64_t comm_id() const { return id_.comm_id; }
+  transport::Net& net() { return *net_; }
+  const std::vector<bootstrap::RankInfo>& ranks() const { return ranks_; }
+  const topology::ProbeResult& probe() const { return probe_; }
+  // The next collective's op sequence number (consistent across ranks as calls are collective).
+  uint64_t next_seq() { return ++seq_; }
+  transport::Deadline deadline() const { return transport::deadline_in(transport::timeout_seconds()); }
+
+  void abort();
+  Status async_error() const;
+  // Records a failure for sparrowGetLastError / sparrowCommGetAsyncError.
+  void set_error(const Status& s);
+  std::string last_error() const;
+
+ private:
+  Comm() = default;
+  int rank_ = 0, nranks_ = 0;
+  bootstrap::IdData id_;
+  std::unique_ptr<transport::Net> net_;
+  std::vector<bootstrap::RankInfo> ranks_;
+  topology::ProbeResult probe_;
+  uint64_t seq_ = 0;
+  mutable std::mutex mu_;
+  Status async_;
+  std::string last_error_;
+};
+
+// This host's name and the region label (SPARROW_REGION, else empty: inferred later from RTTs).
+std::string host_identity(const std::string& address);
+std::string region_label();
+
+}  // namespace sparrow

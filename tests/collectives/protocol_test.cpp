@@ -1,0 +1,79 @@
+#include "collectives/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace sparrow::coll {
+namespace {
+
+TEST(Protocol, OpHeaderRoundTripsAndRejectsTruncation) {
+  OpHeader h;
+  h.kind = kSparse;
+  h.flags = kOpFull;
+  h.root = 3;
+  h.bufs = {{1000003, 9}, {7, 7}};
+  h.resync = {1, 5};
+  h.segment = 4 << 20;
+  auto m = h.encode();
+  auto d = OpHeader::decode(m);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->kind, kSparse);
+  EXPECT_EQ(d->flags, kOpFull);
+  EXPECT_EQ(d->root, 3);
+  EXPECT_EQ(d->bufs, h.bufs);
+  EXPECT_EQ(d->resync, h.resync);
+  EXPECT_EQ(d->segment, h.segment);
+  for (size_t n = 0; n < m.size(); ++n) {
+    auto t = OpHeader::decode(std::vector<uint8_t>(m.begin(), m.begin() + n));
+    EXPECT_EQ(t.status().code(), Code::kCorruptData) << n;
+  }
+  m[0] ^= 1;
+  EXPECT_EQ(OpHeader::decode(m).status().code(), Code::kCorruptData);
+}
+
+TEST(Protocol, AckCarriesStatusResyncAndVersion) {
+  Ack a{Status(Code::kTimeout, "no part 4 of operation 9 from rank 0"), true, 41};
+  auto d = Ack::decode(a.encode(), "rank 2");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->status.code(), Code::kTimeout);
+  EXPECT_EQ(d->status.message(), "no part 4 of operation 9 from rank 0");
+  EXPECT_TRUE(d->resync);
+  EXPECT_EQ(d->holds, 41u);
+  auto ok = Ack::decode(Ack{}.encode(), "rank 2");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->status.ok());
+  EXPECT_FALSE(ok->resync);
+  // Truncated, and an unknown status code: corrupt, naming the sender.
+  auto m = a.encode();
+  m.pop_back();
+  auto t = Ack::decode(m, "rank 2");
+  EXPECT_EQ(t.status().code(), Code::kCorruptData);
+  EXPECT_NE(t.status().message().find("rank 2"), std::string::npos);
+  m = a.encode();
+  m[0] = 200;
+  EXPECT_EQ(Ack::decode(m, "rank 2").status().code(), Code::kCorruptData);
+}
+
+TEST(Protocol, CheckHeaderNamesBothCalls) {
+  OpHeader h;
+  h.kind = kSparse;
+  h.root = 0;
+  h.bufs = {{100, 9}};
+  std::vector<BufferArg> mine = {{nullptr, nullptr, 100, 9}};
+  EXPECT_TRUE(check_header(h, kSparse, mine, 0, 2).ok());
+  EXPECT_EQ(check_header(h, kDense, mine, 0, 2).code(), Code::kInvalidUsage);
+  mine[0].count = 99;
+  Status s = check_header(h, kSparse, mine, 0, 2);
+  EXPECT_EQ(s.code(), Code::kInvalidUsage);
+  EXPECT_NE(s.message().find("root 0, buffers: 100 x bfloat16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank 2 with root 0, buffers: 99 x bfloat16"), std::string::npos) << s.message();
+}
+
+TEST(Protocol, KeysAreNamedInMessages) {
+  EXPECT_EQ(name_key({1, 7, 0}), "header of operation 7");
+  EXPECT_EQ(name_key({1, 7, kAckSub}), "acknowledgement of operation 7");
+  EXPECT_EQ(name_key({1, 7, kVerdictSub}), "verdict on operation 7");
+  EXPECT_EQ(name_key({1, 7, 12}), "part 12 of operation 7");
+}
+
+}  // namespace
+}  // namespace sparrow::coll

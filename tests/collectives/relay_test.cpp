@@ -1,0 +1,117 @@
+// Relay forwarding over the in-process loopback backend, with its fault injection.
+#include "collectives/relay.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "harness/net_harness.h"
+#include "harness/util.h"
+#include "transport/loopback/loopback.h"
+
+namespace sparrow::coll {
+namespace {
+
+OpWire wire_of(transport::Net& n, double timeout_s = 10) { return OpWire{n, 42, 3, transport::deadline_in(timeout_s)}; }
+
+std::vector<Frame> parts(int n) {
+  std::vector<Frame> v;
+  for (int i = 0; i < n; ++i) v.push_back(share(test::random_bytes(1000 + 37 * i, i)));
+  return v;
+}
+
+// Chain 0 -> 1 -> 2: rank 1 relays; rank 2 gets every part bit for bit, whatever the delay.
+TEST(Relay, ForwardsEveryPartInOrderBitForBit) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  transport::LoopbackFaults slow;
+  slow.delay_us = 2000;
+  ASSERT_TRUE(transport::set_loopback_faults(nets[2]->address(), slow));
+  const auto sent = parts(12);
+  for (uint32_t i = 0; i < sent.size(); ++i) ASSERT_TRUE(wire_of(*nets[0]).send({1}, i, sent[i]).ok());
+  Relay relay(wire_of(*nets[1]), 0, {2});
+  uint64_t payload = 0;
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    auto f = relay.next(i);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_EQ(*f.value(), *sent[i]);
+    if (i) payload += sent[i]->size();
+  }
+  EXPECT_TRUE(relay.finish().ok());
+  EXPECT_EQ(relay.bytes(), payload);  // the header (part 0) is not payload
+  EXPECT_EQ(relay.parts(), 12u);
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    auto m = wire_of(*nets[2]).recv(1, i);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(m.value(), *sent[i]) << "part " << i;
+  }
+}
+
+// Cut-through: a child that stops taking frames does not hold up what its relay receives.
+TEST(Relay, StalledChildDoesNotHoldUpTheRelay) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  transport::LoopbackFaults stall;
+  stall.stall = true;
+  ASSERT_TRUE(transport::set_loopback_faults(nets[2]->address(), stall));
+  const auto sent = parts(8);
+  for (uint32_t i = 0; i < sent.size(); ++i) ASSERT_TRUE(wire_of(*nets[0]).send({1}, i, sent[i]).ok());
+  Relay relay(wire_of(*nets[1]), 0, {2});
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < sent.size(); ++i) ASSERT_TRUE(relay.next(i).ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  ASSERT_TRUE(transport::set_loopback_faults(nets[2]->address(), {}));  // it resumes and gets everything
+  EXPECT_TRUE(relay.finish().ok());
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    auto m = wire_of(*nets[2]).recv(1, i);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(m.value(), *sent[i]);
+  }
+}
+
+// In place (dense segments): received into the caller's buffer and forwarded from it.
+TEST(Relay, NextIntoReceivesInPlaceAndForwards) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  auto data = test::random_bytes(1 << 20, 5);
+  const size_t seg = 300000;
+  for (uint32_t i = 0; i * seg < data.size(); ++i) {
+    const size_t n = std::min(seg, data.size() - i * seg);
+    ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1 + i, share(std::vector<uint8_t>(data.begin() + i * seg, data.begin() + i * seg + n))).ok());
+  }
+  std::vector<uint8_t> mid(data.size()), leaf(data.size());
+  Relay relay(wire_of(*nets[1]), 0, {2});
+  Relay sink(wire_of(*nets[2]), 1, {});
+  for (uint32_t i = 0; i * seg < data.size(); ++i) {
+    const size_t n = std::min(seg, data.size() - i * seg);
+    ASSERT_TRUE(relay.next_into(1 + i, mid.data() + i * seg, n).ok());
+    ASSERT_TRUE(sink.next_into(1 + i, leaf.data() + i * seg, n).ok());
+  }
+  EXPECT_TRUE(relay.finish().ok());
+  EXPECT_EQ(mid, data);
+  EXPECT_EQ(leaf, data);
+  EXPECT_EQ(sink.bytes(), data.size());
+}
+
+// A parent whose connections drop mid-stream: the relay fails at once with PeerLost, not a timeout.
+TEST(Relay, LostParentIsPeerLostNotATimeout) {
+  auto nets = test::make_nets("loopback", 2);
+  ASSERT_EQ(nets.size(), 2u);
+  const auto sent = parts(3);
+  ASSERT_TRUE(wire_of(*nets[0]).send({1}, 0, sent[0]).ok());
+  Relay relay(wire_of(*nets[1], 30), 0, {});
+  ASSERT_TRUE(relay.next(0).ok());
+  transport::LoopbackFaults drop;
+  drop.fail_after_frames = 0;
+  ASSERT_TRUE(transport::set_loopback_faults(nets[1]->address(), drop));
+  (void)wire_of(*nets[0]).send({1}, 1, sent[1]);
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = relay.next(1);
+  EXPECT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Code::kPeerLost) << f.status().to_string();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+}  // namespace
+}  // namespace sparrow::coll
