@@ -98,6 +98,8 @@ class DeltaEncoder {
  private:
   Status encode_impl(std::span<const void* const> current, const EncodeOptions& opt, bool full, EncodeStats* st,
                      std::vector<uint8_t>& out, const FrameFn* on_header = nullptr, const FrameFn* on_chunk = nullptr);
+  struct Pass;  // one encode pass (encode.cpp)
+  friend struct Pass;
   std::vector<TensorSpec> tensors_;
   void free_device_shadow();
   Status start_adopt(std::span<const void* const> base, uint64_t version);

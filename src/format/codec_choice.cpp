@@ -1,0 +1,51 @@
+#include "format/codec_choice.h"
+
+namespace sparrow::format {
+
+IndexChoice choose_index(const uint32_t* pos, size_t k, uint32_t n, bool paper_only) {
+  IndexChoice c;
+  c.leb128_bytes = c.bytes = leb128_index_size(pos, k);
+  if (paper_only) return c;
+  c.golomb_m = golomb_parameter(pos, k);
+  if (size_t g = golomb_index_size(pos, k, c.golomb_m); g < c.bytes) {
+    c.codec = IndexCodec::kGolomb;
+    c.bytes = g;
+  }
+  if (size_t bm = bitmap_index_size(n); bm < c.bytes) {
+    c.codec = IndexCodec::kBitmap;
+    c.bytes = bm;
+  }
+  return c;
+}
+
+Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
+                                 const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best) {
+  ValueCodec chosen = ValueCodec::kOverwrite;
+  best.assign(newv, newv + k * elem_size);
+  if (opt.paper_only) return chosen;
+  for (ValueCodec c : {ValueCodec::kSubZstd, ValueCodec::kXorZstd, ValueCodec::kOverwriteZstd}) {
+    if (value_codec_needs_old(c) && !with_old) continue;
+    if (c == ValueCodec::kXorZstd && !opt.try_xor) continue;
+    s.val.clear();
+    SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, k, elem_size, opt.zstd_level, s.zs, s.val));
+    if (s.val.size() < best.size()) {
+      best.swap(s.val);
+      chosen = c;
+    }
+  }
+  return chosen;
+}
+
+Result<ValueCodec> dense_values(const uint8_t* cur, uint32_t n, uint32_t elem_size, bool compress, int zstd_level,
+                                CodecScratch& s, std::span<const uint8_t>* vals) {
+  const size_t raw = size_t(n) * elem_size;
+  *vals = std::span<const uint8_t>(cur, raw);
+  if (!compress) return ValueCodec::kOverwrite;
+  s.val.clear();
+  SPARROW_RETURN_IF_ERROR(encode_values(ValueCodec::kOverwriteZstd, nullptr, cur, n, elem_size, zstd_level, s.zs, s.val));
+  if (s.val.size() >= raw) return ValueCodec::kOverwrite;
+  *vals = s.val;
+  return ValueCodec::kOverwriteZstd;
+}
+
+}  // namespace sparrow::format

@@ -1,0 +1,44 @@
+// Codec choice for one chunk: which index codec and which value codec carry a chunk's changes in
+// the fewest bytes. Policy of the format, used by the encoder (kernels/cpu) for every chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "format/index_codec.h"
+#include "format/value_codec.h"
+
+namespace sparrow::format {
+
+struct IndexChoice {
+  IndexCodec codec = IndexCodec::kLeb128;
+  size_t bytes = 0;          // encoded size of the index with `codec`
+  size_t leb128_bytes = 0;   // the same with leb128 gaps (SparrowRL's format; for the ablation figure)
+  uint32_t golomb_m = 1;     // the Golomb parameter (used when codec is kGolomb)
+};
+// The smallest index codec for k sorted positions in a chunk of n elements; leb128 only with
+// `paper_only` (SparrowRL's format).
+IndexChoice choose_index(const uint32_t* pos, size_t k, uint32_t n, bool paper_only);
+
+struct ValueChoiceOptions {
+  bool paper_only = false;  // raw (overwrite) values only
+  bool try_xor = true;      // also try xor_zstd
+  int zstd_level = 1;
+};
+// Reused between calls (no allocation in steady state).
+struct CodecScratch {
+  std::vector<uint8_t> val, zs;
+};
+// Encodes k changed values (old and new, elem_size bytes each) with the smallest allowed codec into
+// `best`; returns the codec. `with_old`: the old values are known (codecs relative to them allowed).
+Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
+                                 const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best);
+// A dense chunk's values: the raw bytes, or zstd on byte planes when `compress` and smaller.
+// `*vals` points into `cur` or into s.val.
+Result<ValueCodec> dense_values(const uint8_t* cur, uint32_t n, uint32_t elem_size, bool compress, int zstd_level,
+                                CodecScratch& s, std::span<const uint8_t>* vals);
+
+}  // namespace sparrow::format
