@@ -135,4 +135,122 @@ std::array<uint8_t, kWelcomeBytes> welcome() {
 
 bool is_welcome(const uint8_t* p) { return format::load_u64(p) == kWelcomeMagic; }
 
+const char* msg_name(Handshake::Msg m) {
+  switch (m) {
+    case Handshake::Msg::kHello: return "hello";
+    case Handshake::Msg::kChallenge: return "challenge";
+    case Handshake::Msg::kProof: return "proof";
+    case Handshake::Msg::kWelcome: return "welcome";
+    case Handshake::Msg::kNone: break;
+  }
+  return "nothing";
+}
+
+Handshake Handshake::client(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank, int stream,
+                            int server_rank) {
+  Handshake h;
+  h.secret_ = secret;
+  h.comm_id_ = comm_id;
+  h.my_rank_ = my_rank;
+  h.server_rank_ = server_rank;
+  h.client_ = true;
+  h.state_ = kAwaitChallenge;
+  h.hello_.stream = uint16_t(stream);
+  h.hello_.rank = uint32_t(my_rank);
+  h.hello_.comm_id = comm_id;
+  h.hello_.nonce = random_nonce();
+  h.hello_bytes_ = h.hello_.encode();
+  return h;
+}
+
+Handshake Handshake::server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank) {
+  Handshake h;
+  h.secret_ = secret;
+  h.comm_id_ = comm_id;
+  h.my_rank_ = my_rank;
+  return h;
+}
+
+std::vector<uint8_t> Handshake::start() const {
+  if (!client_) return {};
+  return std::vector<uint8_t>(hello_bytes_.begin(), hello_bytes_.end());
+}
+
+Handshake::Msg Handshake::expecting() const {
+  switch (state_) {
+    case kAwaitHello: return Msg::kHello;
+    case kAwaitChallenge: return Msg::kChallenge;
+    case kAwaitProof: return Msg::kProof;
+    case kAwaitWelcome: return Msg::kWelcome;
+    default: return Msg::kNone;
+  }
+}
+
+size_t Handshake::expect_bytes() const {
+  switch (expecting()) {
+    case Msg::kHello: return kHelloBytes;
+    case Msg::kChallenge: return kChallengeBytes;
+    case Msg::kProof: return kProofBytes;
+    case Msg::kWelcome: return kWelcomeBytes;
+    case Msg::kNone: break;
+  }
+  return 0;
+}
+
+Result<std::vector<uint8_t>> Handshake::take(Msg kind, const uint8_t* p, size_t n) {
+  const Msg want = expecting();
+  if (kind != want || n != expect_bytes()) {
+    state_ = kFailed;
+    return CorruptData(std::string("unexpected ") + msg_name(kind) + " (" + std::to_string(n) + " bytes) while waiting for " +
+                       (want == Msg::kNone ? std::string("nothing") : std::string("the ") + msg_name(want)));
+  }
+  Result<std::vector<uint8_t>> r = std::vector<uint8_t>{};
+  reply_ = Msg::kNone;
+  switch (want) {
+    case Msg::kHello: r = on_hello(p); break;
+    case Msg::kChallenge: r = on_challenge(p); break;
+    case Msg::kProof: r = on_proof(p); break;
+    case Msg::kWelcome:
+      if (is_welcome(p)) state_ = kDone;
+      else r = Error(Code::kAuthError, "peer refused the connection");
+      break;
+    case Msg::kNone: break;
+  }
+  if (!r.ok()) state_ = kFailed;
+  return r;
+}
+
+// Server: a client's hello for this communicator; the challenge proves this server knows the secret.
+Result<std::vector<uint8_t>> Handshake::on_hello(const uint8_t* p) {
+  SPARROW_ASSIGN_OR_RETURN(hello_, Hello::decode(p));
+  if (hello_.comm_id != comm_id_) return Error(Code::kAuthError, "hello for another communicator");
+  memcpy(hello_bytes_.data(), p, kHelloBytes);
+  challenge_ = make_challenge(secret_, p, uint32_t(my_rank_));
+  state_ = kAwaitProof;
+  reply_ = Msg::kChallenge;
+  return std::vector<uint8_t>(challenge_.begin(), challenge_.end());
+}
+
+// Client: the server proved the secret and names its rank; the proof answers its nonce.
+Result<std::vector<uint8_t>> Handshake::on_challenge(const uint8_t* p) {
+  SPARROW_ASSIGN_OR_RETURN(uint32_t rank, check_challenge(secret_, hello_bytes_.data(), p));
+  if (server_rank_ >= 0 && rank != uint32_t(server_rank_))
+    return Error(Code::kAuthError, "peer claims to be rank " + std::to_string(int(rank)));
+  memcpy(challenge_.data(), p, kChallengeBytes);
+  state_ = kAwaitWelcome;
+  reply_ = Msg::kProof;
+  auto proof = make_proof(secret_, hello_bytes_.data(), challenge_.data());
+  return std::vector<uint8_t>(proof.begin(), proof.end());
+}
+
+// Server: the client's proof; the welcome ends the handshake.
+Result<std::vector<uint8_t>> Handshake::on_proof(const uint8_t* p) {
+  if (!check_proof(secret_, hello_bytes_.data(), challenge_.data(), p))
+    return Error(Code::kAuthError, "wrong proof: the peer does not know the communicator secret");
+  state_ = kDone;
+  reply_ = Msg::kWelcome;
+  auto w = welcome();
+  return std::vector<uint8_t>(w.begin(), w.end());
+}
+
 }  // namespace sparrow::transport::auth

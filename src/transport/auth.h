@@ -51,4 +51,50 @@ bool check_proof(const std::vector<uint8_t>& secret, const uint8_t* hello, const
 std::array<uint8_t, kWelcomeBytes> welcome();
 bool is_welcome(const uint8_t* p);
 
+// One side of the handshake as a state machine, written once for every backend: the backend
+// carries the messages (TCP: in order on the stream; UCX: one active message each, tagged with its
+// kind) and the handshake decides what they mean. A failure is final: the backend drops the
+// connection (kAuthError: the peer does not know the secret or claims another identity;
+// kCorruptData: a malformed or unexpected message).
+class Handshake {
+ public:
+  enum class Msg : uint8_t { kHello, kChallenge, kProof, kWelcome, kNone };
+  // A client that will send `stream`'s hello as rank `my_rank` to the server it expects to be
+  // `server_rank`.
+  static Handshake client(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank, int stream,
+                          int server_rank);
+  // A server of communicator `comm_id`, rank `my_rank`.
+  static Handshake server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank);
+
+  // The client's first message (the hello); nothing for a server.
+  std::vector<uint8_t> start() const;
+  // What the peer sends next, and its size (kNone / 0 once done or failed).
+  Msg expecting() const;
+  size_t expect_bytes() const;
+  // Takes the peer's next message (of kind `kind`, as the transport tagged it; a stream passes
+  // expecting()). Returns what to send back (kind reply_kind(); may be empty).
+  Result<std::vector<uint8_t>> take(Msg kind, const uint8_t* p, size_t n);
+  Msg reply_kind() const { return reply_; }
+  bool done() const { return state_ == kDone; }
+  bool is_client() const { return client_; }
+  // Server: the client's hello (its rank and stream), once taken.
+  const Hello& hello() const { return hello_; }
+
+ private:
+  enum State : uint8_t { kAwaitHello, kAwaitChallenge, kAwaitProof, kAwaitWelcome, kDone, kFailed };
+  Result<std::vector<uint8_t>> on_hello(const uint8_t* p);
+  Result<std::vector<uint8_t>> on_challenge(const uint8_t* p);
+  Result<std::vector<uint8_t>> on_proof(const uint8_t* p);
+  std::vector<uint8_t> secret_;
+  uint64_t comm_id_ = 0;
+  int my_rank_ = 0, server_rank_ = -1;
+  bool client_ = false;
+  State state_ = kAwaitHello;
+  Msg reply_ = Msg::kNone;
+  Hello hello_;
+  std::array<uint8_t, kHelloBytes> hello_bytes_{};
+  std::array<uint8_t, kChallengeBytes> challenge_{};
+};
+const char* msg_name(Handshake::Msg m);
+
 }  // namespace sparrow::transport::auth

@@ -49,5 +49,70 @@ TEST(Sha256, LibraryMacEqualsTheBuiltInOne) {
   EXPECT_FALSE(equal_ct(a, b, 4));
 }
 
+
+// Runs client and server against each other, passing each reply on; the first failure.
+Status run_handshake(Handshake& client, Handshake& server) {
+  auto msg = client.start();
+  Handshake::Msg kind = Handshake::Msg::kHello;
+  Handshake* to = &server;
+  for (int i = 0; i < 6 && !(client.done() && server.done()); ++i) {
+    auto reply = to->take(kind, msg.data(), msg.size());
+    if (!reply.ok()) return reply.status();
+    kind = to->reply_kind();
+    msg = std::move(reply.value());
+    to = to == &server ? &client : &server;
+  }
+  return client.done() && server.done() ? Status::Ok() : Error(Code::kInternalError, "handshake did not finish");
+}
+
+const std::vector<uint8_t> kSecret(16, 9);
+
+TEST(Handshake, ClientAndServerAgreeAndTheServerLearnsWhoConnected) {
+  auto c = Handshake::client(kSecret, 77, 3, 2, 5);
+  auto s = Handshake::server(kSecret, 77, 5);
+  EXPECT_EQ(c.expecting(), Handshake::Msg::kChallenge);
+  EXPECT_EQ(s.expecting(), Handshake::Msg::kHello);
+  ASSERT_TRUE(run_handshake(c, s).ok());
+  EXPECT_EQ(s.hello().rank, 3u);
+  EXPECT_EQ(s.hello().stream, 2u);
+  EXPECT_EQ(c.expecting(), Handshake::Msg::kNone);
+}
+
+TEST(Handshake, WrongSecretWrongCommunicatorOrWrongRankIsRefused) {
+  {
+    auto c = Handshake::client(std::vector<uint8_t>(16, 1), 77, 3, 0, 5);
+    auto s = Handshake::server(kSecret, 77, 5);
+    EXPECT_EQ(run_handshake(c, s).code(), Code::kAuthError);  // the client sees a server without the secret
+  }
+  {
+    auto c = Handshake::client(kSecret, 78, 3, 0, 5);
+    auto s = Handshake::server(kSecret, 77, 5);
+    Status r = run_handshake(c, s);
+    EXPECT_EQ(r.code(), Code::kAuthError);
+    EXPECT_NE(r.message().find("another communicator"), std::string::npos) << r.message();
+  }
+  {
+    auto c = Handshake::client(kSecret, 77, 3, 0, 4);  // expects rank 4, reaches rank 5
+    auto s = Handshake::server(kSecret, 77, 5);
+    Status r = run_handshake(c, s);
+    EXPECT_EQ(r.code(), Code::kAuthError);
+    EXPECT_NE(r.message().find("claims to be rank 5"), std::string::npos) << r.message();
+  }
+}
+
+TEST(Handshake, OutOfOrderOrWrongSizeMessagesEndIt) {
+  auto s = Handshake::server(kSecret, 77, 5);
+  std::vector<uint8_t> proof(kProofBytes, 0);
+  auto r = s.take(Handshake::Msg::kProof, proof.data(), proof.size());  // a proof before any hello
+  EXPECT_EQ(r.status().code(), Code::kCorruptData);
+  EXPECT_NE(r.status().message().find("waiting for the hello"), std::string::npos) << r.status().message();
+  // Once failed, nothing more is taken.
+  auto c = Handshake::client(kSecret, 77, 3, 0, 5);
+  auto hello = c.start();
+  EXPECT_FALSE(s.take(Handshake::Msg::kHello, hello.data(), hello.size()).ok());
+  auto s2 = Handshake::server(kSecret, 77, 5);
+  EXPECT_EQ(s2.take(Handshake::Msg::kHello, hello.data(), hello.size() - 1).status().code(), Code::kCorruptData);
+}
+
 }  // namespace
 }  // namespace sparrow::transport::auth

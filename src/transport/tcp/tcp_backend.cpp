@@ -104,12 +104,11 @@ struct Pending : Handle {
   Pending() : Handle(kPending) {}
   int fd = -1;
   std::string addr;
-  int stage = 0;  // 0: hello, 1: proof
   bool dead = false;
-  uint8_t buf[auth::kHelloBytes + auth::kChallengeBytes + auth::kProofBytes];
+  uint8_t buf[auth::kHelloBytes];  // the message being read (the longest a server receives)
   size_t got = 0;
   Deadline deadline;
-  auth::Hello hello;
+  auth::Handshake hs;
   std::list<std::unique_ptr<Pending>>::iterator self;
 };
 
@@ -377,25 +376,19 @@ Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, i
     ::close(fd);
     return s.context("connecting to " + who);
   };
-  auth::Hello h;
-  h.stream = uint16_t(stream);
-  h.rank = uint32_t(opt_.identity.rank);
-  h.comm_id = opt_.identity.comm_id;
-  h.nonce = auth::random_nonce();
-  auto hello = h.encode();
-  uint8_t ch[auth::kChallengeBytes], wl[auth::kWelcomeBytes];
+  auto hs = auth::Handshake::client(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank, stream, peer_rank);
+  auto hello = hs.start();
   Status s = net::write_exact(fd, hello.data(), hello.size(), deadline, who);
-  if (s.ok()) s = net::read_exact(fd, ch, sizeof ch, deadline, who);
+  uint8_t in[auth::kChallengeBytes];
+  while (s.ok() && !hs.done()) {
+    const size_t n = hs.expect_bytes();
+    s = net::read_exact(fd, in, n, deadline, who);
+    if (!s.ok()) break;
+    auto reply = hs.take(hs.expecting(), in, n);
+    if (!reply.ok()) return fail(std::move(reply).take_status());
+    if (!reply->empty()) s = net::write_exact(fd, reply->data(), reply->size(), deadline, who);
+  }
   if (!s.ok()) return fail(s);
-  auto server_rank = auth::check_challenge(opt_.identity.secret, hello.data(), ch);
-  if (!server_rank.ok()) return fail(std::move(server_rank).take_status());
-  if (server_rank.value() != uint32_t(peer_rank))
-    return fail(Error(Code::kAuthError, "peer claims to be rank " + std::to_string(int(server_rank.value()))));
-  auto proof = auth::make_proof(opt_.identity.secret, hello.data(), ch);
-  s = net::write_exact(fd, proof.data(), proof.size(), deadline, who);
-  if (s.ok()) s = net::read_exact(fd, wl, sizeof wl, deadline, who);
-  if (!s.ok()) return fail(s);
-  if (!auth::is_welcome(wl)) return fail(Error(Code::kAuthError, "peer refused the connection"));
   net::tune_stream(fd);
   auto c = std::make_shared<TcpConn>(this, fd, peer_rank, stream, address);
   c->set_sink(sink);
@@ -430,6 +423,7 @@ void TcpBackend::accept_all() {
     p->fd = fd;
     p->addr = net::peer_of(fd);
     p->deadline = Clock::now() + std::chrono::milliseconds(auth::timeout_ms());
+    p->hs = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank);
     Pending* raw = p.get();
     pending_.push_back(std::move(p));
     raw->self = std::prev(pending_.end());
@@ -451,10 +445,9 @@ void TcpBackend::drop(Pending* p, const char* why) {
 
 void TcpBackend::on_pending(Pending* p) {
   if (p->dead) return;
-  const size_t need = p->stage == 0 ? auth::kHelloBytes : auth::kProofBytes;
-  uint8_t* dst = p->stage == 0 ? p->buf : p->buf + auth::kHelloBytes + auth::kChallengeBytes;
+  const size_t need = p->hs.expect_bytes();
   while (p->got < need) {
-    ssize_t r = recv(p->fd, dst + p->got, need - p->got, MSG_DONTWAIT);
+    ssize_t r = recv(p->fd, p->buf + p->got, need - p->got, MSG_DONTWAIT);
     if (r == 0) return drop(p, "closed before authenticating");
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -464,28 +457,15 @@ void TcpBackend::on_pending(Pending* p) {
     p->got += size_t(r);
   }
   p->got = 0;
-  if (p->stage == 0) {
-    auto h = auth::Hello::decode(p->buf);
-    if (!h.ok()) return drop(p, "bad hello");
-    if (h->comm_id != opt_.identity.comm_id) return drop(p, "hello for another communicator");
-    p->hello = h.value();
-    auto ch = auth::make_challenge(opt_.identity.secret, p->buf, uint32_t(opt_.identity.rank));
-    memcpy(p->buf + auth::kHelloBytes, ch.data(), ch.size());
-    if (send(p->fd, ch.data(), ch.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(ch.size()))
-      return drop(p, "could not send the challenge");
-    p->stage = 1;
-    return;
-  }
-  if (!auth::check_proof(opt_.identity.secret, p->buf, p->buf + auth::kHelloBytes,
-                         p->buf + auth::kHelloBytes + auth::kChallengeBytes))
-    return drop(p, "wrong proof: the peer does not know the communicator secret");
-  auto w = auth::welcome();
-  if (send(p->fd, w.data(), w.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(w.size()))
-    return drop(p, "could not send the welcome");
+  auto reply = p->hs.take(p->hs.expecting(), p->buf, need);
+  if (!reply.ok()) return drop(p, reply.status().message().c_str());
+  if (send(p->fd, reply->data(), reply->size(), MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(reply->size()))
+    return drop(p, (std::string("could not send the ") + auth::msg_name(p->hs.reply_kind())).c_str());
+  if (!p->hs.done()) return;
   // Authenticated: from now on the socket carries frames.
   int fd = p->fd;
   epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
-  auto c = std::make_shared<TcpConn>(this, fd, int(p->hello.rank), p->hello.stream, p->addr);
+  auto c = std::make_shared<TcpConn>(this, fd, int(p->hs.hello().rank), p->hs.hello().stream, p->addr);
   p->dead = true;
   dead_pending_.push_back(std::move(*p->self));
   pending_.erase(p->self);

@@ -25,6 +25,22 @@ namespace {
 // AM header and the payload as data.
 enum : unsigned { kAmHello = 1, kAmChallenge = 2, kAmProof = 3, kAmWelcome = 4, kAmFrame = 5, kAmBye = 6 };
 
+// Handshake messages travel as one active message each, tagged with their kind.
+auth::Handshake::Msg msg_of(unsigned am) {
+  using M = auth::Handshake::Msg;
+  switch (am) {
+    case kAmHello: return M::kHello;
+    case kAmChallenge: return M::kChallenge;
+    case kAmProof: return M::kProof;
+    case kAmWelcome: return M::kWelcome;
+    default: return M::kNone;
+  }
+}
+unsigned am_of(auth::Handshake::Msg m) {
+  using M = auth::Handshake::Msg;
+  return m == M::kHello ? kAmHello : m == M::kChallenge ? kAmChallenge : m == M::kProof ? kAmProof : kAmWelcome;
+}
+
 class UcxBackend;
 
 class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
@@ -47,9 +63,8 @@ class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
   std::atomic<size_t> queued_{0};
   std::atomic<bool> failed_{false};
   // Handshake (progress thread).
-  int stage_ = 0;  // server: 0 hello, 1 proof, 2 ready; client: 0 challenge, 1 welcome, 2 ready
-  uint8_t hello_[auth::kHelloBytes];
-  uint8_t challenge_[auth::kChallengeBytes];
+  auth::Handshake hs_;  // the authentication (transport/auth.h); frames flow once it is done
+  bool ready() const { return hs_.done(); }
   Deadline deadline_;
   // Client connect result.
   std::promise<Status> connected_;
@@ -286,7 +301,7 @@ void UcxBackend::fail(const UcxConnPtr& c, const Status& why) {
     c->promised_ = true;
     c->connected_.set_value(why);
   }
-  if (c->sink_ && c->stage_ == 2) c->sink_->conn_failed(c.get(), why);
+  if (c->sink_ && c->ready()) c->sink_->conn_failed(c.get(), why);
 }
 
 void UcxBackend::close_ep(const UcxConnPtr& c, bool force) {
@@ -375,6 +390,7 @@ void UcxBackend::on_conn_request(ucp_conn_request_h req) {
   ucp_ep_h h;
   if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) return;
   auto c = std::make_shared<UcxConn>(this, h, false);
+  c->hs_ = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank);
   c->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
   c->addr_ = "ucx-peer";
   eps_[h] = c;
@@ -394,48 +410,24 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
   };
   if (id != kAmFrame && (rndv || hlen != 0)) return refuse("malformed handshake message");
   switch (id) {
-    case kAmHello: {
-      if (c->client_ || c->stage_ != 0 || len != auth::kHelloBytes) return refuse("unexpected hello");
-      auto h = auth::Hello::decode(static_cast<const uint8_t*>(data));
-      if (!h.ok() || h->comm_id != opt_.identity.comm_id) return refuse("hello for another communicator");
-      memcpy(c->hello_, data, len);
-      c->rank_ = int(h->rank);
-      c->stream_ = h->stream;
-      auto ch = auth::make_challenge(opt_.identity.secret, c->hello_, uint32_t(opt_.identity.rank));
-      memcpy(c->challenge_, ch.data(), ch.size());
-      c->stage_ = 1;
-      send_auth(c, kAmChallenge, ch.data(), ch.size());
-      return UCS_OK;
-    }
-    case kAmProof: {
-      if (c->client_ || c->stage_ != 1 || len != auth::kProofBytes) return refuse("unexpected proof");
-      if (!auth::check_proof(opt_.identity.secret, c->hello_, c->challenge_, static_cast<const uint8_t*>(data)))
-        return refuse("wrong proof: the peer does not know the communicator secret");
-      auto w = auth::welcome();
-      send_auth(c, kAmWelcome, w.data(), w.size());
+    case kAmHello:
+    case kAmChallenge:
+    case kAmProof:
+    case kAmWelcome: {
+      auto reply = c->hs_.take(msg_of(id), static_cast<const uint8_t*>(data), len);
+      if (!reply.ok()) return refuse(reply.status().message());
+      if (!reply->empty()) send_auth(c, am_of(c->hs_.reply_kind()), reply->data(), reply->size());
+      if (!c->hs_.done()) return UCS_OK;
+      if (c->client_) {
+        c->promised_ = true;
+        c->connected_.set_value(Status::Ok());
+        return UCS_OK;
+      }
+      c->rank_ = int(c->hs_.hello().rank);
+      c->stream_ = c->hs_.hello().stream;
       FrameSink* sink = on_accept_ ? on_accept_(c) : nullptr;
       if (!sink) return refuse("connection not expected");
       c->sink_ = sink;
-      c->stage_ = 2;
-      return UCS_OK;
-    }
-    case kAmChallenge: {
-      if (!c->client_ || c->stage_ != 0 || len != auth::kChallengeBytes) return refuse("unexpected challenge");
-      auto r = auth::check_challenge(opt_.identity.secret, c->hello_, static_cast<const uint8_t*>(data));
-      if (!r.ok()) return refuse(r.status().message());
-      if (r.value() != uint32_t(c->rank_)) return refuse("peer claims to be rank " + std::to_string(int(r.value())));
-      memcpy(c->challenge_, data, len);
-      auto proof = auth::make_proof(opt_.identity.secret, c->hello_, c->challenge_);
-      c->stage_ = 1;
-      send_auth(c, kAmProof, proof.data(), proof.size());
-      return UCS_OK;
-    }
-    case kAmWelcome: {
-      if (!c->client_ || c->stage_ != 1 || len != auth::kWelcomeBytes || !auth::is_welcome(static_cast<const uint8_t*>(data)))
-        return refuse("unexpected welcome");
-      c->stage_ = 2;
-      c->promised_ = true;
-      c->connected_.set_value(Status::Ok());
       return UCS_OK;
     }
     case kAmBye:
@@ -443,7 +435,7 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
       close_ep(c);
       return UCS_OK;
     case kAmFrame: {
-      if (c->stage_ != 2 || !c->sink_ || hlen != kFrameHeaderBytes) return refuse("frame before authentication");
+      if (!c->ready() || !c->sink_ || hlen != kFrameHeaderBytes) return refuse("frame before authentication");
       auto h = FrameHeader::decode(static_cast<const uint8_t*>(header));
       if (!h.ok() || h->len != len) return refuse("bad frame header");
       auto dst = c->sink_->frame_begin(c.get(), h.value());
@@ -470,7 +462,7 @@ void UcxBackend::run(Cmd& c) {
       else
         for (auto& [ep, conn] : eps_) targets.push_back(conn);
       for (auto& t : targets) {
-        bool graceful = t->ep_ && !t->failed_ && t->stage_ == 2;
+        bool graceful = t->ep_ && !t->failed_ && t->ready();
         if (graceful) {
           uint8_t b = 0;
           send_auth(t, kAmBye, &b, 1);  // tell the peer now rather than when a keepalive notices
@@ -519,16 +511,12 @@ void UcxBackend::run(Cmd& c) {
       conn->addr_ = c.address;
       conn->sink_ = c.sink;
       conn->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
-      auth::Hello hello;
-      hello.stream = uint16_t(c.stream);
-      hello.rank = uint32_t(opt_.identity.rank);
-      hello.comm_id = opt_.identity.comm_id;
-      hello.nonce = auth::random_nonce();
-      auto hb = hello.encode();
-      memcpy(conn->hello_, hb.data(), hb.size());
+      conn->hs_ = auth::Handshake::client(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank, c.stream,
+                                          c.peer_rank);
       eps_[h] = conn;
       c.result->set_value(conn);
-      send_auth(conn, kAmHello, hb.data(), hb.size());
+      auto hello = conn->hs_.start();
+      send_auth(conn, kAmHello, hello.data(), hello.size());
       return;
     }
   }
@@ -566,7 +554,7 @@ void UcxBackend::loop() {
     auto now = Clock::now();
     std::vector<UcxConnPtr> late;
     for (auto& [ep, c] : eps_)
-      if (c->stage_ != 2 && c->deadline_ < now) late.push_back(c);
+      if (!c->ready() && c->deadline_ < now) late.push_back(c);
     for (auto& c : late) {
       fail(c, Error(Code::kTimeout, "ucx handshake with " + c->desc() + " timed out"));
       close_ep(c);
