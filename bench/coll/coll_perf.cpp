@@ -137,7 +137,6 @@ std::string gather_rank_json(sparrowComm_t comm, int rank, int n, int root, doub
   return out + "]";
 }
 
-const char* kTypes[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16"};
 
 MPI_Datatype mpi_type(int dt) {
   switch (dt) {
@@ -202,12 +201,8 @@ int main(int argc, char** argv) {
       case 'c': o.check = args::integer(prog, "-c", optarg, 0, 1) != 0; break;
       case 'r': o.root = int(args::integer(prog, "-r", optarg, 0, 1 << 20)); break;
       case 'd': {
-        o.dtype = -1;
-        for (int t = 0; t < 10; ++t)
-          if (!strcmp(optarg, kTypes[t])) o.dtype = t;
-        if (o.dtype < 0)
-          args::bad(prog, "-d", optarg, "a datatype: int8, uint8, int32, uint32, int64, uint64, float16, float32, "
-                                        "float64, bfloat16");
+        o.dtype = format::dtype_from_name(optarg);
+        if (o.dtype < 0) args::bad(prog, "-d", optarg, "a datatype: " + format::dtype_names());
         break;
       }
       case 'D': o.density = args::number(prog, "-D/--density", optarg, 0, 1); break;
@@ -300,7 +295,7 @@ int main(int argc, char** argv) {
   const uint32_t es = format::dtype_size(uint8_t(o.dtype));
   if (rank == 0 && !o.json) {
     printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", n,
-           o.impl.c_str(), o.root, kTypes[o.dtype], o.model.empty() ? "" : ", model ", o.model.c_str());
+           o.impl.c_str(), o.root, format::dtype_name(uint8_t(o.dtype)), o.model.empty() ? "" : ", model ", o.model.c_str());
     if (bound.known)
       printf("# lower bound: bytes / root uplink (%.0f Mbit/s) + one-way delay to the farthest rank (%.1f ms)\n",
              bound.uplink_Bps * 8 / 1e6, bound.delay_s * 1e3);
@@ -446,7 +441,7 @@ int main(int argc, char** argv) {
                  "\"root\": %d, \"time_us\": %.1f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %d, \"density\": %.5f, "
                  "\"wire_bytes\": %.0f, \"ratio\": %.2f, \"bound_us\": %.1f, \"time_vs_bound\": %.3f, \"model\": \"%s\", "
                  "\"scenario\": \"%s\"}",
-                 o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, kTypes[o.dtype],
+                 o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, format::dtype_name(uint8_t(o.dtype)),
                  o.root, t * 1e6, algbw, algbw, wrong, d, w, double(bytes) / w, bnd * 1e6, bnd > 0 ? t / bnd : 0.0,
                  o.model.c_str(), o.scenario.c_str());
         line[strlen(line) - 1] = 0;  // the object goes on
@@ -458,7 +453,7 @@ int main(int argc, char** argv) {
         printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"cpu_bound\": %s, \"per_rank\": %s}\n",
                cpu_sum, cores, cpu_load, cpu_load > 0.85 ? "true" : "false", per_rank.empty() ? "[]" : per_rank.c_str());
       } else {
-        printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, kTypes[o.dtype], o.root, t * 1e6, algbw,
+        printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, algbw,
                algbw, wrong);
         if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(bytes) / w);
         if (bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);

@@ -1,4 +1,6 @@
-// The only file with extern "C" definitions: validate arguments, call C++, map Status codes.
+// libsparrow's C API (the sparrow* definitions; sparrowCommInitMPI is in bootstrap/mpi.cpp, in
+// libsparrow_mpi): validate arguments, call C++, map Status codes. A handle is the communicator
+// (comm/) and the collectives' state on it (coll::Engine), checked against the live-handle registry.
 #include "sparrow/sparrow.h"
 
 #include <atomic>

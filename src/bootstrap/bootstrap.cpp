@@ -59,6 +59,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   const std::string& address() const { return address_; }
   bool finished() const { return sent_ > 0 && sent_ == expected_sends_; }
   void shutdown() { be_.reset(); }
+  // The backend's thread delivers to this sink: it stops before the members it uses go.
+  ~Store() override { be_.reset(); }
 
   Result<uint8_t*> frame_begin(transport::Conn* c, const FrameHeader& h) override {
     if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || h.key.sub != kSubRegister)
@@ -220,13 +222,15 @@ size_t live_stores() {
 
 Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
                                        transport::Deadline d) {
+  // The mailbox outlives the backend: its progress thread delivers to it (a late close from the
+  // store's side too) until the backend is destroyed.
+  transport::Mailbox box("the rendezvous store (" + id.store_address + ")");
   transport::BackendOptions bo;
   bo.identity.comm_id = id.comm_id;
   bo.identity.rank = rank;
   bo.identity.secret = id.secret;
   bo.bind_host = "127.0.0.1";  // this backend only connects out
   SPARROW_ASSIGN_OR_RETURN(auto be, transport::make_tcp_backend(bo));
-  transport::Mailbox box("the rendezvous store (" + id.store_address + ")");
   auto conn = be->connect(id.store_address, -1, 0, &box, d);
   if (!conn.ok()) return std::move(conn).take_status().context("reaching the rendezvous store");
   ConnPtr c = conn.value();

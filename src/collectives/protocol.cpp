@@ -7,6 +7,7 @@ namespace sparrow::coll {
 namespace {
 
 constexpr uint32_t kOpMagic = 0x504f5053;  // "SPOP"
+constexpr uint32_t kAbortMagic = 0x42415053;  // "SPAB"
 constexpr uint32_t kMaxListed = 1u << 24;  // buffers or resync ranks in one header
 
 [[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
@@ -122,6 +123,25 @@ bool is_footer(const std::vector<uint8_t>& frame) {
   return frame.size() >= 4 && format::load_u32(frame.data()) == format::kFooterMagic;
 }
 
+std::vector<uint8_t> abort_frame(const Status& why) {
+  std::vector<uint8_t> o;
+  format::put_u32(o, kAbortMagic);
+  auto a = Ack{why}.encode();
+  o.insert(o.end(), a.begin(), a.end());
+  return o;
+}
+
+bool is_abort(const std::vector<uint8_t>& frame) {
+  return frame.size() >= 4 && format::load_u32(frame.data()) == kAbortMagic;
+}
+
+Status abort_status(const std::vector<uint8_t>& frame) {
+  auto a = Ack::decode(std::vector<uint8_t>(frame.begin() + 4, frame.end()), "an abort frame");
+  if (!a.ok()) return a.status();
+  if (a->status.ok()) return CorruptData("an abort frame without a failure");
+  return a->status;
+}
+
 Status OpWire::send(const std::vector<int>& to, uint32_t sub, const Frame& m,
                     std::vector<transport::SendRequestPtr>* reqs) const {
   for (int r : to) {
@@ -134,6 +154,22 @@ Status OpWire::send(const std::vector<int>& to, uint32_t sub, const Frame& m,
 
 Result<std::vector<uint8_t>> OpWire::recv(int from, uint32_t sub, transport::Deadline d) const {
   return net.recv(from, key(sub), d);
+}
+
+Status verdict_for_others(const Status& agreed) {
+  return agreed.code() == Code::kInvalidUsage ? agreed : Status::Ok();
+}
+
+Status send_verdict(const OpWire& w, const std::vector<int>& to, const Status& verdict) {
+  std::vector<transport::SendRequestPtr> reqs;
+  SPARROW_RETURN_IF_ERROR(w.send(to, kVerdictSub, share(Ack{verdict}.encode()), &reqs));
+  return wait_all(reqs, w.deadline);
+}
+
+Status recv_verdict(const OpWire& w, int root) {
+  SPARROW_ASSIGN_OR_RETURN(auto v, w.recv(root, kVerdictSub));
+  SPARROW_ASSIGN_OR_RETURN(Ack a, Ack::decode(v, "the root"));
+  return a.status;
 }
 
 Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadline d) {

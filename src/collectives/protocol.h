@@ -8,6 +8,8 @@
 //                  holds to this operation's base ("SPCH" chain message)
 //   kAckSub        rank -> root: the operation's status on that rank, whether it asks for a resync
 //                  and the version it holds (sent also when its call failed)
+//   (any sub)      an abort frame in place of the part a rank waits for: its parent lost its own
+//                  parent and passes the failure down (relay.h)
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
 #pragma once
@@ -66,6 +68,11 @@ std::string arg_desc(const std::vector<BufferArg>& bufs, int root);
 std::string name_key(const transport::MsgKey& k);
 // The checkpoint footer ends a sparse operation's stream.
 bool is_footer(const std::vector<uint8_t>& frame);
+// An abort frame: sent by a relay in place of the part its children wait for when its own parent
+// failed (the status says why). Never a valid op header, checkpoint frame or footer.
+std::vector<uint8_t> abort_frame(const Status& why);
+bool is_abort(const std::vector<uint8_t>& frame);
+Status abort_status(const std::vector<uint8_t>& frame);  // the carried failure (kCorruptData if malformed)
 
 // The messages of one operation on one rank: keyed (communicator, seq, sub), every wait bounded by
 // the operation's deadline unless told otherwise. Payloads are kept alive by the send requests.
@@ -85,6 +92,16 @@ struct OpWire {
   OpWire for_seq(uint64_t s) const { return OpWire{net, comm, s, deadline}; }
 };
 
+// What the root's verdict tells the other ranks when the agreement found `agreed`: a mismatch of
+// arguments (kInvalidUsage) fails the operation everywhere; a failure of one rank of its own (lost,
+// timed out, corrupt data there) is that rank's and the root's to report, not its peers' (they hold
+// the data, bit-exact).
+Status verdict_for_others(const Status& agreed);
+// The root's verdict on operation w.seq to `to`, handed to the transport before it returns (the
+// caller may destroy the communicator next).
+Status send_verdict(const OpWire& w, const std::vector<int>& to, const Status& verdict);
+// The root's verdict on operation w.seq: its agreed status (or why it did not arrive).
+Status recv_verdict(const OpWire& w, int root);
 // Waits until every request was handed to the transport; the first failure.
 Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadline d);
 

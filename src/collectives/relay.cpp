@@ -1,36 +1,101 @@
 #include "collectives/relay.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 
 namespace sparrow::coll {
 
+void Fanout::drop(int kid, const Status& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = std::find(live_.begin(), live_.end(), kid);
+  if (it == live_.end()) return;
+  live_.erase(it);
+  lost_.push_back(kid);
+  SPARROW_INFO("rank %d: child rank %d dropped from operation %llu (%s); its siblings go on", w_.net.rank(), kid,
+               (unsigned long long)w_.seq, why.to_string().c_str());
+}
+
+void Fanout::send(uint32_t sub, const Frame& m) {
+  std::vector<int> to;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    to = live_;
+  }
+  for (int kid : to) {
+    auto q = w_.net.send(kid, w_.key(sub), transport::Payload{m->data(), m->size(), m}, w_.deadline);
+    if (!q.ok()) {
+      drop(kid, q.status());
+      continue;
+    }
+    if (!track_) continue;
+    std::lock_guard<std::mutex> lk(mu_);
+    reqs_.emplace_back(kid, q.value());
+  }
+}
+
+void Fanout::send_borrowed(uint32_t sub, const uint8_t* p, size_t n) {
+  std::vector<int> to;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    to = live_;
+  }
+  for (int kid : to) {
+    auto q = w_.net.send(kid, w_.key(sub), transport::Payload{p, n, nullptr}, w_.deadline);
+    if (!q.ok()) {
+      drop(kid, q.status());
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    reqs_.emplace_back(kid, q.value());
+  }
+}
+
+void Fanout::finish() {
+  std::vector<std::pair<int, transport::SendRequestPtr>> reqs;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    reqs.swap(reqs_);
+  }
+  for (auto& [kid, r] : reqs) {
+    Status s = r->wait(w_.deadline);
+    if (!s.ok()) drop(kid, s);
+  }
+}
+
+std::vector<int> Fanout::lost() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return lost_;
+}
+
+Status Relay::pass_down(uint32_t sub, Status why) {
+  if (!out_.children().empty()) {
+    Status down(why.code(), "rank " + std::to_string(w_.net.rank()) + " (on the way from the root) lost its parent, rank " +
+                                std::to_string(parent_) + ": " + why.message());
+    out_.send(sub, share(abort_frame(down)));
+  }
+  return why;
+}
+
 Result<Frame> Relay::next(uint32_t sub) {
-  SPARROW_ASSIGN_OR_RETURN(auto m, w_.recv(parent_, sub));
-  Frame f = share(std::move(m));
-  SPARROW_RETURN_IF_ERROR(w_.send(kids_, sub, f, &reqs_));
+  auto m = w_.recv(parent_, sub);
+  if (!m.ok()) return pass_down(sub, m.status());
+  Frame f = share(std::move(m.value()));
+  out_.send(sub, f);
+  if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) bytes_ += f->size();
   parts_++;
   SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
-                (unsigned long long)w_.seq, sub, f->size(), parent_, kids_.size());
+                (unsigned long long)w_.seq, sub, f->size(), parent_, out_.children().size());
   return f;
 }
 
 Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   SPARROW_RETURN_IF_ERROR(w_.net.recv_into(parent_, w_.key(sub), dst, n, w_.deadline));
-  for (int kid : kids_) {
-    auto r = w_.net.send(kid, w_.key(sub), transport::Payload{dst, n, nullptr}, w_.deadline);
-    if (!r.ok()) return r.status();
-    reqs_.push_back(r.value());
-  }
+  out_.send_borrowed(sub, dst, n);
   bytes_ += n;
   parts_++;
   return Status::Ok();
-}
-
-Status Relay::finish() {
-  Status s = wait_all(reqs_, w_.deadline);
-  reqs_.clear();
-  return s;
 }
 
 }  // namespace sparrow::coll

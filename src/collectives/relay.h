@@ -1,44 +1,80 @@
-// A rank that is not the root: every frame of an operation is received from the parent and forwarded
-// to the children at once (cut-through), before this rank itself looks at it, so a relay's own
-// checks and decoding never delay its subtree. Each frame is addressed by (seq, sub) and checked on
-// its own downstream, which is what lets a child later take the rest from another source.
+// Moving one operation's frames down the tree.
+//
+// Fanout: one sender's children. Every frame goes to each child still live; a child whose send fails
+// (it died, its connection broke) is dropped for the rest of the operation with an INFO line, and the
+// others go on: one lost child does not cost its siblings the step. Its own missing acknowledgement
+// reports it to the root.
+//
+// Relay: a rank that is not the root. Every frame is received from the parent and forwarded to the
+// children at once (cut-through), before this rank itself looks at it, so a relay's own checks and
+// decoding never delay its subtree. When the parent fails (lost, silent past the deadline), the relay
+// passes the failure down at once as an abort frame in place of the part the children wait for, so
+// the whole subtree returns within a few round trips instead of each rank waiting out its timeout;
+// an abort from above is forwarded like any frame. Each frame is addressed by (seq, sub) and checked
+// on its own downstream, which is what lets a child later take the rest from another source.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "collectives/protocol.h"
 
 namespace sparrow::coll {
 
+class Fanout {
+ public:
+  // `track`: keep the send requests for finish() (a relay's forwarding; the payloads stay alive until
+  // then). Untracked (the root's stream), a payload is freed as soon as the transport is done with it.
+  Fanout(const OpWire& w, std::vector<int> children, bool track = true)
+      : w_(w), kids_(std::move(children)), track_(track), live_(kids_) {}
+  // To every live child (any thread). The payload is kept alive by the requests.
+  void send(uint32_t sub, const Frame& m);
+  // Caller memory (dense segments): must stay valid until finish().
+  void send_borrowed(uint32_t sub, const uint8_t* p, size_t n);
+  // Waits until everything sent was handed to the transport (a sender's forwarding is part of its
+  // call: the caller may destroy the communicator next). A child that failed meanwhile is dropped
+  // and logged, not returned: it is that child's failure, not this rank's.
+  void finish();
+  const std::vector<int>& children() const { return kids_; }
+  std::vector<int> lost() const;
+
+ private:
+  void drop(int kid, const Status& why);
+  OpWire w_;
+  std::vector<int> kids_;
+  bool track_;
+  mutable std::mutex mu_;
+  std::vector<int> live_, lost_;
+  std::vector<std::pair<int, transport::SendRequestPtr>> reqs_;
+};
+
 class Relay {
  public:
-  Relay(const OpWire& w, int parent, std::vector<int> children)
-      : w_(w), parent_(parent), kids_(std::move(children)) {}
-  // Receives part `sub` from the parent and forwards it.
+  Relay(const OpWire& w, int parent, std::vector<int> children) : w_(w), parent_(parent), out_(w, std::move(children)) {}
+  // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
+  // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);
   // The same into caller memory (dense segments): received in place and forwarded from there, so
   // `dst` must stay valid until finish().
   Status next_into(uint32_t sub, uint8_t* dst, size_t n);
-  // Sends a frame of this rank's own to the children (e.g. the header a relay re-sends).
-  Status forward(uint32_t sub, const Frame& m) { return w_.send(kids_, sub, m, &reqs_); }
-  // Waits until everything forwarded was handed to the transport: a relay's forwarding is part of
-  // its call, and the caller may destroy the communicator right after.
-  Status finish();
+  void finish() { out_.finish(); }
 
   int parent() const { return parent_; }
-  const std::vector<int>& children() const { return kids_; }
+  const std::vector<int>& children() const { return out_.children(); }
+  std::vector<int> lost_children() const { return out_.lost(); }
   const OpWire& wire() const { return w_; }
   // Payload bytes (parts 1..; not the op header) received from the parent so far (any thread).
   uint64_t bytes() const { return bytes_.load(); }
   uint32_t parts() const { return parts_.load(); }  // frames received so far
 
  private:
+  // The parent failed while this rank waited for part `sub`: the children get the reason instead.
+  Status pass_down(uint32_t sub, Status why);
   OpWire w_;
   int parent_;
-  std::vector<int> kids_;
-  std::vector<transport::SendRequestPtr> reqs_;
+  Fanout out_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint32_t> parts_{0};
 };

@@ -15,10 +15,23 @@ uint32_t dtype_size(uint8_t dtype) {
   return dtype < 10 ? kSizes[dtype] : 0;
 }
 
-const char* dtype_name(uint8_t dtype) {
-  static const char* kNames[] = {"int8",  "uint8",   "int32",   "uint32",  "int64",
-                                 "uint64", "float16", "float32", "float64", "bfloat16"};
-  return dtype < 10 ? kNames[dtype] : "unknown";
+namespace {
+constexpr const char* kDtypeNames[] = {"int8",  "uint8",   "int32",   "uint32",  "int64",
+                                       "uint64", "float16", "float32", "float64", "bfloat16"};
+}  // namespace
+
+const char* dtype_name(uint8_t dtype) { return dtype < 10 ? kDtypeNames[dtype] : "unknown"; }
+
+int dtype_from_name(std::string_view name) {
+  for (int t = 0; t < 10; ++t)
+    if (name == kDtypeNames[t]) return t;
+  return -1;
+}
+
+std::string dtype_names() {
+  std::string s;
+  for (int t = 0; t < 10; ++t) s += std::string(t ? ", " : "") + kDtypeNames[t];
+  return s;
 }
 
 void write_header(const Header& h, std::vector<uint8_t>& out) {

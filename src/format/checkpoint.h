@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -34,6 +35,9 @@ constexpr uint64_t kMaxTensorElems = 1ull << 48;
 // sparrowDataType_t numbering (== ncclDataType_t). Returns 0 for an unknown id.
 uint32_t dtype_size(uint8_t dtype);
 const char* dtype_name(uint8_t dtype);
+// The dtype of a name ("bfloat16"), -1 if none; all names, comma-separated (messages).
+int dtype_from_name(std::string_view name);
+std::string dtype_names();
 
 struct TensorEntry {
   std::string name;

@@ -43,19 +43,41 @@ int child(int rank, int n, int read_fd, int steps) {
   return 0;
 }
 
+// Child for the failure tests: every step until one fails; exits 0 when all `steps` arrived
+// bit-exact, 100 + s when step s failed with sparrowPeerLost within kQuickFail seconds (the failure
+// reached it, it did not wait for its timeout), 10 + s for any other failure.
+constexpr double kQuickFail = 8;  // the tests' SPARROW_TIMEOUT_S is 30
+int child_until_failure(int rank, int n, int read_fd, int steps) {
+  sparrowUniqueId id;
+  if (read(read_fd, &id, sizeof id) != sizeof id) return 2;
+  sparrowComm_t comm;
+  if (sparrowCommInitRank(&comm, n, id, rank) != sparrowSuccess) return 3;
+  std::vector<uint16_t> buf(kCount, 0);
+  for (int s = 0; s < steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rc != sparrowSuccess) fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
+    if (rc == sparrowPeerLost && took < kQuickFail) return 100 + s;
+    if (rc != sparrowSuccess || buf != weights(s)) return 10 + s;
+  }
+  sparrowCommDestroy(comm);
+  return 0;
+}
+
 struct Cluster {
   std::vector<pid_t> pids;
   std::vector<int> fds;
   sparrowComm_t root = nullptr;
-  Cluster(int n, int steps) {
+  Cluster(int n, int steps, const char* algo = "flat", int (*body)(int, int, int, int) = child) {
     setenv("SPARROW_PROBE_MS", "50", 1);
-    setenv("SPARROW_ALGO", "flat", 1);
+    setenv("SPARROW_ALGO", algo, 1);
     sparrow::params::clear_overrides();  // settings are read once: make this process re-read them
     for (int r = 1; r < n; ++r) {
       int p[2];
       EXPECT_EQ(pipe(p), 0);
       pid_t pid = fork();
-      if (pid == 0) _exit(child(r, n, p[0], steps));
+      if (pid == 0) _exit(body(r, n, p[0], steps));
       pids.push_back(pid);
       fds.push_back(p[1]);
     }
@@ -139,6 +161,52 @@ TEST(SparseBcastProcesses, StalledReceiversCostOneTimeoutNotOnePerRank) {
     for (int r : {1, 2, 3}) kill(cl.pids[r - 1], SIGKILL);
     for (int r : {1, 2, 3}) cl.wait_rank(r);
     sparrowCommAbort(cl.root);  // its peers are gone: do not wait for acknowledgements
+    cl.root = nullptr;
+  }
+  unsetenv("SPARROW_TIMEOUT_S");
+  sparrow::params::clear_overrides();
+}
+
+// The root goes away (its network aborted) between two steps, on a chain 0 -> 1 -> 2 -> 3: rank 1
+// sees its parent lost; ranks 2 and 3, which never talk to the root, learn it from the abort passed
+// down the chain, all within a few seconds rather than after SPARROW_TIMEOUT_S (30 s here).
+TEST(SparseBcastProcesses, RootLossReachesTheWholeChainAtOnce) {
+  setenv("SPARROW_TIMEOUT_S", "30", 1);
+  {
+    Cluster cl(4, 2, "chain", child_until_failure);
+    auto w = weights(0);
+    ASSERT_EQ(sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess)
+        << sparrowGetLastError(cl.root);  // the first step waits for everyone's acknowledgement
+    ASSERT_EQ(sparrowCommAbort(cl.root), sparrowSuccess);
+    cl.root = nullptr;
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(cl.wait_rank(r), 101) << "rank " << r << " (101: lost at step 1, quickly)";
+  }
+  unsetenv("SPARROW_TIMEOUT_S");
+  sparrow::params::clear_overrides();
+}
+
+// A leaf of the root leaves (its process exits) after the first step: its sibling keeps getting
+// every step bit-exact, and the root's calls return well within the timeout.
+TEST(SparseBcastProcesses, LostChildDoesNotCostItsSiblingTheStep) {
+  setenv("SPARROW_TIMEOUT_S", "30", 1);
+  {
+    const int steps = 4;
+    Cluster cl(3, steps, "flat", child_until_failure);
+    auto w0 = weights(0);
+    ASSERT_EQ(sparrowSparseBcast(w0.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
+    kill(cl.pids[1], SIGKILL);  // rank 2
+    EXPECT_EQ(cl.wait_rank(2), -SIGKILL);
+    for (int s = 1; s < steps; ++s) {
+      auto w = weights(s);
+      auto t0 = std::chrono::steady_clock::now();
+      sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
+      double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_TRUE(rc == sparrowSuccess || rc == sparrowPeerLost) << sparrowGetLastError(cl.root);
+      if (rc == sparrowPeerLost) EXPECT_NE(std::string(sparrowGetLastError(cl.root)).find("rank 2"), std::string::npos);
+      EXPECT_LT(took, kQuickFail) << "step " << s;
+    }
+    EXPECT_EQ(cl.wait_rank(1), 0) << "rank 1 got every step bit-exact";
+    sparrowCommAbort(cl.root);  // rank 2 is gone: do not wait for its acknowledgements
     cl.root = nullptr;
   }
   unsetenv("SPARROW_TIMEOUT_S");

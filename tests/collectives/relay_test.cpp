@@ -38,7 +38,7 @@ TEST(Relay, ForwardsEveryPartInOrderBitForBit) {
     EXPECT_EQ(*f.value(), *sent[i]);
     if (i) payload += sent[i]->size();
   }
-  EXPECT_TRUE(relay.finish().ok());
+  relay.finish();
   EXPECT_EQ(relay.bytes(), payload);  // the header (part 0) is not payload
   EXPECT_EQ(relay.parts(), 12u);
   for (uint32_t i = 0; i < sent.size(); ++i) {
@@ -62,7 +62,7 @@ TEST(Relay, StalledChildDoesNotHoldUpTheRelay) {
   for (uint32_t i = 0; i < sent.size(); ++i) ASSERT_TRUE(relay.next(i).ok());
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   ASSERT_TRUE(transport::set_loopback_faults(nets[2]->address(), {}));  // it resumes and gets everything
-  EXPECT_TRUE(relay.finish().ok());
+  relay.finish();
   for (uint32_t i = 0; i < sent.size(); ++i) {
     auto m = wire_of(*nets[2]).recv(1, i);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
@@ -88,7 +88,7 @@ TEST(Relay, NextIntoReceivesInPlaceAndForwards) {
     ASSERT_TRUE(relay.next_into(1 + i, mid.data() + i * seg, n).ok());
     ASSERT_TRUE(sink.next_into(1 + i, leaf.data() + i * seg, n).ok());
   }
-  EXPECT_TRUE(relay.finish().ok());
+  relay.finish();
   EXPECT_EQ(mid, data);
   EXPECT_EQ(leaf, data);
   EXPECT_EQ(sink.bytes(), data.size());
@@ -111,6 +111,62 @@ TEST(Relay, LostParentIsPeerLostNotATimeout) {
   EXPECT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), Code::kPeerLost) << f.status().to_string();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+// One lost child does not cost its siblings the operation.
+TEST(Relay, FanoutDropsALostChildAndTheOthersGoOn) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  transport::LoopbackFaults drop;
+  drop.fail_after_frames = 0;  // rank 1's connections break at the first frame it gets
+  ASSERT_TRUE(transport::set_loopback_faults(nets[1]->address(), drop));
+  const auto sent = parts(6);
+  Fanout out(wire_of(*nets[0]), {1, 2});
+  for (uint32_t i = 0; i < sent.size(); ++i) out.send(i, sent[i]);
+  out.finish();
+  EXPECT_EQ(out.lost(), std::vector<int>{1});
+  for (uint32_t i = 0; i < sent.size(); ++i) {
+    auto m = wire_of(*nets[2]).recv(0, i);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(m.value(), *sent[i]);
+  }
+}
+
+// Chain 0 -> 1 -> 2: rank 0 goes away mid-operation. Rank 1 sees it lost; rank 2, which only talks
+// to rank 1, learns it at once from the abort rank 1 passes down (not after its own timeout).
+TEST(Relay, ParentLossIsPassedDownAtOnce) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  const auto sent = parts(2);
+  ASSERT_TRUE(wire_of(*nets[0]).send({1}, 0, sent[0]).ok());
+  Relay mid(wire_of(*nets[1], 30), 0, {2});
+  Relay leaf(wire_of(*nets[2], 30), 1, {});
+  ASSERT_TRUE(mid.next(0).ok());
+  ASSERT_TRUE(leaf.next(0).ok());
+  nets[0].reset();  // the root's network goes: its connections close
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = mid.next(1);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kPeerLost) << m.status().to_string();
+  auto l = leaf.next(1);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), Code::kPeerLost);
+  EXPECT_NE(l.status().message().find("rank 1 (on the way from the root) lost its parent, rank 0"), std::string::npos)
+      << l.status().message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+}
+
+TEST(Relay, AbortFramesAreNeverDataAndCarryTheirStatus) {
+  auto f = abort_frame(Status(Code::kTimeout, "parent silent"));
+  EXPECT_TRUE(is_abort(f));
+  EXPECT_FALSE(is_footer(f));
+  EXPECT_FALSE(OpHeader::decode(f).ok());
+  Status s = abort_status(f);
+  EXPECT_EQ(s.code(), Code::kTimeout);
+  EXPECT_EQ(s.message(), "parent silent");
+  EXPECT_EQ(abort_status(abort_frame(Status::Ok())).code(), Code::kCorruptData);
+  f.resize(6);
+  EXPECT_EQ(abort_status(f).code(), Code::kCorruptData);
 }
 
 }  // namespace

@@ -49,15 +49,13 @@ Result<std::vector<DenseOp>> plan(Engine& e, const std::vector<BufferArg>& bufs,
 }
 
 // The root's header and segments of one buffer; its own receive buffer gets the data too.
-Status root_send(Engine& e, const BufferArg& b, DenseOp& op, int root, std::vector<transport::SendRequestPtr>* reqs) {
-  const OpWire w = e.wire(op.seq);
-  const auto& kids = op.tree.children[e.rank()];
+Status root_send(Engine& e, const BufferArg& b, DenseOp& op, int root, Fanout& out) {
   OpHeader h;
   h.kind = kDense;
   h.root = root;
   h.bufs = {{b.count, uint8_t(b.dtype)}};
   h.segment = size_t(kSegment.get());
-  SPARROW_RETURN_IF_ERROR(w.send(kids, 0, share(h.encode())));
+  out.send(0, share(h.encode()));
   const uint8_t* src = static_cast<const uint8_t*>(b.send);
   // A device buffer goes through host staging (the transport reads host memory).
   if (op.bytes && kernels::is_device(kernels::device_ops(), src)) {
@@ -67,12 +65,8 @@ Status root_send(Engine& e, const BufferArg& b, DenseOp& op, int root, std::vect
   }
   const size_t seg = h.segment;
   for (size_t i = 0; i < segments(op.bytes, seg); ++i) {
-    const size_t off = i * seg, n = std::min(seg, op.bytes - off);
-    for (int kid : kids) {
-      auto r = w.net.send(kid, w.key(uint32_t(1 + i)), transport::Payload{src + off, n, nullptr}, w.deadline);
-      if (!r.ok()) return r.status();
-      reqs->push_back(r.value());
-    }
+    const size_t off = i * seg;
+    out.send_borrowed(uint32_t(1 + i), src + off, std::min(seg, op.bytes - off));
   }
   if (b.recv && b.recv != b.send && op.bytes) SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, src, op.bytes));
   return Status::Ok();
@@ -81,20 +75,18 @@ Status root_send(Engine& e, const BufferArg& b, DenseOp& op, int root, std::vect
 Status dense_root(Engine& e, const std::vector<BufferArg>& bufs, int root, std::vector<DenseOp>& ops) {
   const uint64_t first_seq = ops.empty() ? 0 : ops.front().seq;
   SPARROW_RETURN_IF_ERROR(e.acks.drain(e.wire(first_seq), e.rank(), AckWindow::kDefaultWindow));
-  std::vector<transport::SendRequestPtr> reqs;
-  for (size_t k = 0; k < bufs.size(); ++k) SPARROW_RETURN_IF_ERROR(root_send(e, bufs[k], ops[k], root, &reqs));
-  const auto d = e.comm.deadline();
-  SPARROW_RETURN_IF_ERROR(wait_all(reqs, d));
+  std::vector<std::unique_ptr<Fanout>> outs;
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    outs.push_back(std::make_unique<Fanout>(e.wire(ops[k].seq), ops[k].tree.children[e.rank()]));
+    SPARROW_RETURN_IF_ERROR(root_send(e, bufs[k], ops[k], root, *outs.back()));
+  }
+  for (auto& o : outs) o->finish();
   // Agreement: every rank reports; a mismatched call fails everywhere.
   const auto others = everyone_but(e.comm.nranks(), e.rank());
   for (auto& op : ops) op.result = e.acks.agree(e.wire(op.seq), others);
   Status result;
   for (auto& op : ops) {
-    const OpWire w = e.wire(op.seq);
-    std::vector<transport::SendRequestPtr> vreqs;
-    SPARROW_RETURN_IF_ERROR(w.send(others, kVerdictSub, share(Ack{op.result}.encode()), &vreqs));
-    // Handed to the transport before returning: the caller may destroy the communicator next.
-    SPARROW_RETURN_IF_ERROR(wait_all(vreqs, d));
+    SPARROW_RETURN_IF_ERROR(send_verdict(e.wire(op.seq), others, verdict_for_others(op.result)));
     if (result.ok()) result = op.result;
   }
   return result;
@@ -129,7 +121,7 @@ Status dense_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
     relays.push_back(std::make_unique<Relay>(e.wire(ops[k].seq), ops[k].tree.parent[me], ops[k].tree.children[me]));
     SPARROW_RETURN_IF_ERROR(sink_receive(e, bufs[k], ops[k], root, *relays.back()));
   }
-  for (auto& r : relays) SPARROW_RETURN_IF_ERROR(r->finish());
+  for (auto& r : relays) r->finish();
   for (size_t k = 0; k < bufs.size(); ++k) {
     DenseOp& op = ops[k];
     if (op.to_device) op.result = kernels::copy_any(bufs[k].recv, op.staging.data(), op.staging.size());
@@ -137,13 +129,7 @@ Status dense_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
   }
   Status result;
   for (auto& op : ops) {
-    const OpWire w = e.wire(op.seq);
-    auto v = w.recv(root, kVerdictSub);
-    Status verdict = v.ok() ? Status::Ok() : v.status();
-    if (v.ok()) {
-      auto a = Ack::decode(v.value(), "the root");
-      verdict = a.ok() ? a->status : a.status();
-    }
+    Status verdict = recv_verdict(e.wire(op.seq), root);
     if (op.result.ok()) op.result = verdict;
     if (result.ok()) result = op.result;
   }

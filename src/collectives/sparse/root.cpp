@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "collectives/op.h"
+#include "collectives/relay.h"
 #include "collectives/sparse/sparse_op.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -25,10 +26,7 @@ using Frames = std::vector<Frame>;
 
 RootState& root_state(Engine& e, const SparseOp& op) {
   auto& rs = e.roots[op.key];
-  auto same = [](const kernels::cpu::TensorSpec& x, const kernels::cpu::TensorSpec& y) {
-    return x.count == y.count && x.dtype == y.dtype;
-  };
-  if (!rs.enc || !std::equal(rs.layout.begin(), rs.layout.end(), op.layout.begin(), op.layout.end(), same)) {
+  if (!rs.enc || !same_layout(rs.layout, op.layout)) {
     rs.layout = op.layout;
     rs.enc = std::make_unique<kernels::cpu::DeltaEncoder>(op.layout);
     rs.need_resync.clear();
@@ -38,18 +36,16 @@ RootState& root_state(Engine& e, const SparseOp& op) {
 
 // Encodes the step and streams it to the children: the checkpoint header first, then every chunk as
 // soon as a worker thread finished it, then the footer. `kept` (when given) receives every frame.
-Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const void*>& src,
-                         const std::vector<int>& kids, kernels::cpu::EncodeStats* es, Frames* kept) {
+Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const void*>& src, Fanout& out,
+                         kernels::cpu::EncodeStats* es, Frames* kept) {
   std::atomic<uint32_t> next_sub{2};
   std::mutex mu;
-  Status send_err;
   auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
     Frame m = share(std::move(frame));
     SPARROW_TRACE("operation %llu: part %u (%zu bytes) to %zu child(ren)", (unsigned long long)w.seq, sub, m->size(),
-                  kids.size());
-    Status s = w.send(kids, sub, m);
+                  out.children().size());
+    out.send(sub, m);
     std::lock_guard<std::mutex> lk(mu);
-    if (!s.ok() && send_err.ok()) send_err = s;
     if (kept) kept->push_back(std::move(m));  // the header first, the footer last: emitted in that order
   };
   kernels::cpu::EncodeOptions eo;
@@ -59,7 +55,7 @@ Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const
       [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
   if (!footer.ok()) return footer.status();
   emit(next_sub++, std::move(footer.value()));
-  return send_err;
+  return Status::Ok();
 }
 
 // The catch-up message for a rank holding version `holds`: the retained deltas from it to `base`,
@@ -158,7 +154,9 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   const uint64_t base = rs.enc->version();
   if (full) rs.retained.clear();
   std::map<int, uint64_t> resync = full ? std::map<int, uint64_t>{} : rs.need_resync;
-  SPARROW_RETURN_IF_ERROR(w.send(kids, 0, share(sparse_header(bufs, root, full, resync).encode())));
+  // A child lost on the way is dropped from this operation (its acknowledgement reports it).
+  Fanout out(w, kids, false);
+  out.send(0, share(sparse_header(bufs, root, full, resync).encode()));
   state.advance(Phase::kStream);
   std::vector<const void*> src;
   for (auto& b : bufs) src.push_back(b.send);
@@ -166,7 +164,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   const double te = now_s();
   Frames frames;
   const bool keep = rs.retained.enabled() && !full;
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, kids, &es, keep ? &frames : nullptr));
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, &es, keep ? &frames : nullptr));
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);
@@ -192,12 +190,10 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   if (full) {
     // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
     Status agree = e.acks.drain(w, e.rank(), 0);
-    if (!agree.ok()) rs.enc->reset();  // the next call is a full snapshot again
+    const Status verdict = verdict_for_others(agree);
+    if (!verdict.ok()) rs.enc->reset();  // arguments differ: the next call is a full snapshot again
     state.advance(Phase::kVerdict);
-    std::vector<transport::SendRequestPtr> reqs;
-    SPARROW_RETURN_IF_ERROR(w.send(others, kVerdictSub, share(Ack{agree}.encode()), &reqs));
-    // Handed to the transport before returning: the caller may destroy the communicator next.
-    SPARROW_RETURN_IF_ERROR(wait_all(reqs, w.deadline));
+    SPARROW_RETURN_IF_ERROR(send_verdict(w, others, verdict));
     if (result.ok()) result = agree;
   }
   state.advance(Phase::kDone);
