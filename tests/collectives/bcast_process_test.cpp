@@ -28,12 +28,19 @@ std::vector<uint16_t> weights(int step) {
   return w;
 }
 
+// A forked rank joins: the unique id comes through the pipe. Null on failure.
+sparrowComm_t join(int rank, int n, int read_fd) {
+  sparrowUniqueId id;
+  if (read(read_fd, &id, sizeof id) != sizeof id) return nullptr;
+  sparrowComm_t comm = nullptr;
+  if (sparrowCommInitRank(&comm, n, id, rank) != sparrowSuccess) return nullptr;
+  return comm;
+}
+
 // Child: rank `rank`; returns 0 when every step arrived bit-exact, else the failing step + 10.
 int child(int rank, int n, int read_fd, int steps) {
-  sparrowUniqueId id;
-  if (read(read_fd, &id, sizeof id) != sizeof id) return 2;
-  sparrowComm_t comm;
-  if (sparrowCommInitRank(&comm, n, id, rank) != sparrowSuccess) return 3;
+  sparrowComm_t comm = join(rank, n, read_fd);
+  if (!comm) return 3;
   std::vector<uint16_t> buf(kCount, 0);
   for (int s = 0; s < steps; ++s) {
     if (sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr) != sparrowSuccess) return 10 + s;
@@ -48,10 +55,8 @@ int child(int rank, int n, int read_fd, int steps) {
 // reached it, it did not wait for its timeout), 10 + s for any other failure.
 constexpr double kQuickFail = 8;  // the tests' SPARROW_TIMEOUT_S is 30
 int child_until_failure(int rank, int n, int read_fd, int steps) {
-  sparrowUniqueId id;
-  if (read(read_fd, &id, sizeof id) != sizeof id) return 2;
-  sparrowComm_t comm;
-  if (sparrowCommInitRank(&comm, n, id, rank) != sparrowSuccess) return 3;
+  sparrowComm_t comm = join(rank, n, read_fd);
+  if (!comm) return 3;
   std::vector<uint16_t> buf(kCount, 0);
   for (int s = 0; s < steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
