@@ -218,4 +218,28 @@ TEST(SparseBcastProcesses, LostChildDoesNotCostItsSiblingTheStep) {
   sparrow::params::clear_overrides();
 }
 
+// On a chain 0 -> 1 -> 2 the leaf dies after the first step: the relay (rank 1) still applies every
+// later step bit-exact (its failed forwarding is its child's failure, not its own).
+TEST(SparseBcastProcesses, RelayWhoseChildDiedStillGetsEveryStep) {
+  setenv("SPARROW_TIMEOUT_S", "30", 1);
+  {
+    const int steps = 4;
+    Cluster cl(3, steps, "chain", child_until_failure);
+    auto w0 = weights(0);
+    ASSERT_EQ(sparrowSparseBcast(w0.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
+    kill(cl.pids[1], SIGKILL);  // rank 2, rank 1's child
+    EXPECT_EQ(cl.wait_rank(2), -SIGKILL);
+    for (int s = 1; s < steps; ++s) {
+      auto w = weights(s);
+      sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
+      EXPECT_TRUE(rc == sparrowSuccess || rc == sparrowPeerLost) << sparrowGetLastError(cl.root);
+    }
+    EXPECT_EQ(cl.wait_rank(1), 0) << "the relay got every step bit-exact";
+    sparrowCommAbort(cl.root);
+    cl.root = nullptr;
+  }
+  unsetenv("SPARROW_TIMEOUT_S");
+  sparrow::params::clear_overrides();
+}
+
 }  // namespace
