@@ -144,12 +144,16 @@ Status abort_status(const std::vector<uint8_t>& frame) {
 
 Status OpWire::send(const std::vector<int>& to, uint32_t sub, const Frame& m,
                     std::vector<transport::SendRequestPtr>* reqs) const {
+  Status first;
   for (int r : to) {
     auto q = net.send(r, key(sub), transport::Payload{m->data(), m->size(), m}, deadline);
-    if (!q.ok()) return q.status();
+    if (!q.ok()) {
+      if (first.ok()) first = q.status();
+      continue;  // the others still get it
+    }
     if (reqs) reqs->push_back(q.value());
   }
-  return Status::Ok();
+  return first;
 }
 
 Result<std::vector<uint8_t>> OpWire::recv(int from, uint32_t sub, transport::Deadline d) const {
@@ -162,8 +166,9 @@ Status verdict_for_others(const Status& agreed) {
 
 Status send_verdict(const OpWire& w, const std::vector<int>& to, const Status& verdict) {
   std::vector<transport::SendRequestPtr> reqs;
-  SPARROW_RETURN_IF_ERROR(w.send(to, kVerdictSub, share(Ack{verdict}.encode()), &reqs));
-  return wait_all(reqs, w.deadline);
+  Status sent = w.send(to, kVerdictSub, share(Ack{verdict}.encode()), &reqs);
+  Status handed = wait_all(reqs, w.deadline);  // the ranks it did reach get it before we return
+  return sent.ok() ? handed : sent;
 }
 
 Status recv_verdict(const OpWire& w, int root) {

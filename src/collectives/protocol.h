@@ -83,7 +83,8 @@ struct OpWire {
   transport::Deadline deadline;
 
   transport::MsgKey key(uint32_t sub) const { return transport::MsgKey{comm, seq, sub}; }
-  // Sends `m` to each of `to` (appending the requests to `reqs` when given).
+  // Sends `m` to each of `to` (appending the requests to `reqs` when given). One that cannot be
+  // sent to does not stop the others; the first such failure is returned.
   Status send(const std::vector<int>& to, uint32_t sub, const Frame& m,
               std::vector<transport::SendRequestPtr>* reqs = nullptr) const;
   Result<std::vector<uint8_t>> recv(int from, uint32_t sub) const { return recv(from, sub, deadline); }

@@ -190,56 +190,45 @@ TEST(SparseBcastProcesses, RootLossReachesTheWholeChainAtOnce) {
   sparrow::params::clear_overrides();
 }
 
-// A leaf of the root leaves (its process exits) after the first step: its sibling keeps getting
-// every step bit-exact, and the root's calls return well within the timeout.
-TEST(SparseBcastProcesses, LostChildDoesNotCostItsSiblingTheStep) {
+// Rank `victim` is SIGKILLed after the first step (on tree `algo`, 3 ranks); rank `survivor` still
+// gets every later step bit-exact, and each of the root's calls returns well within the timeout with
+// success or PeerLost naming the victim.
+void survivor_gets_every_step(const char* algo, int victim, int survivor) {
   setenv("SPARROW_TIMEOUT_S", "30", 1);
   {
     const int steps = 4;
-    Cluster cl(3, steps, "flat", child_until_failure);
+    Cluster cl(3, steps, algo, child_until_failure);
     auto w0 = weights(0);
     ASSERT_EQ(sparrowSparseBcast(w0.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
-    kill(cl.pids[1], SIGKILL);  // rank 2
-    EXPECT_EQ(cl.wait_rank(2), -SIGKILL);
+    kill(cl.pids[victim - 1], SIGKILL);
+    EXPECT_EQ(cl.wait_rank(victim), -SIGKILL);
+    const std::string named = "rank " + std::to_string(victim);
     for (int s = 1; s < steps; ++s) {
       auto w = weights(s);
       auto t0 = std::chrono::steady_clock::now();
       sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
       double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_TRUE(rc == sparrowSuccess || rc == sparrowPeerLost) << sparrowGetLastError(cl.root);
-      if (rc == sparrowPeerLost) EXPECT_NE(std::string(sparrowGetLastError(cl.root)).find("rank 2"), std::string::npos);
+      if (rc == sparrowPeerLost) EXPECT_NE(std::string(sparrowGetLastError(cl.root)).find(named), std::string::npos);
       EXPECT_LT(took, kQuickFail) << "step " << s;
     }
-    EXPECT_EQ(cl.wait_rank(1), 0) << "rank 1 got every step bit-exact";
-    sparrowCommAbort(cl.root);  // rank 2 is gone: do not wait for its acknowledgements
+    EXPECT_EQ(cl.wait_rank(survivor), 0) << "rank " << survivor << " got every step bit-exact";
+    sparrowCommAbort(cl.root);  // the victim is gone: do not wait for its acknowledgements
     cl.root = nullptr;
   }
   unsetenv("SPARROW_TIMEOUT_S");
   sparrow::params::clear_overrides();
 }
 
-// On a chain 0 -> 1 -> 2 the leaf dies after the first step: the relay (rank 1) still applies every
-// later step bit-exact (its failed forwarding is its child's failure, not its own).
-TEST(SparseBcastProcesses, RelayWhoseChildDiedStillGetsEveryStep) {
-  setenv("SPARROW_TIMEOUT_S", "30", 1);
-  {
-    const int steps = 4;
-    Cluster cl(3, steps, "chain", child_until_failure);
-    auto w0 = weights(0);
-    ASSERT_EQ(sparrowSparseBcast(w0.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr), sparrowSuccess);
-    kill(cl.pids[1], SIGKILL);  // rank 2, rank 1's child
-    EXPECT_EQ(cl.wait_rank(2), -SIGKILL);
-    for (int s = 1; s < steps; ++s) {
-      auto w = weights(s);
-      sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, cl.root, nullptr);
-      EXPECT_TRUE(rc == sparrowSuccess || rc == sparrowPeerLost) << sparrowGetLastError(cl.root);
-    }
-    EXPECT_EQ(cl.wait_rank(1), 0) << "the relay got every step bit-exact";
-    sparrowCommAbort(cl.root);
-    cl.root = nullptr;
-  }
-  unsetenv("SPARROW_TIMEOUT_S");
-  sparrow::params::clear_overrides();
-}
+// A leaf of the root dies: its sibling keeps getting every step.
+TEST(SparseBcastProcesses, LostChildDoesNotCostItsSiblingTheStep) { survivor_gets_every_step("flat", 2, 1); }
+
+// The same with the first of the root's children lost: the verdict of a full step still reaches
+// the ranks listed after it.
+TEST(SparseBcastProcesses, LostFirstChildDoesNotCostTheRanksAfterIt) { survivor_gets_every_step("flat", 1, 2); }
+
+// On a chain 0 -> 1 -> 2 the leaf dies: the relay (rank 1) still applies every later step
+// (its failed forwarding is its child's failure, not its own).
+TEST(SparseBcastProcesses, RelayWhoseChildDiedStillGetsEveryStep) { survivor_gets_every_step("chain", 2, 1); }
 
 }  // namespace
