@@ -16,39 +16,29 @@ void Fanout::drop(int kid, const Status& why) {
                (unsigned long long)w_.seq, why.to_string().c_str());
 }
 
-void Fanout::send(uint32_t sub, const Frame& m) {
+void Fanout::send_payload(uint32_t sub, const transport::Payload& p, bool keep) {
   std::vector<int> to;
   {
     std::lock_guard<std::mutex> lk(mu_);
     to = live_;
   }
   for (int kid : to) {
-    auto q = w_.net.send(kid, w_.key(sub), transport::Payload{m->data(), m->size(), m}, w_.deadline);
+    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline);
     if (!q.ok()) {
       drop(kid, q.status());
       continue;
     }
-    if (!track_) continue;
+    if (!keep) continue;
     std::lock_guard<std::mutex> lk(mu_);
     reqs_.emplace_back(kid, q.value());
   }
 }
 
+void Fanout::send(uint32_t sub, const Frame& m) { send_payload(sub, transport::Payload{m->data(), m->size(), m}, track_); }
+
+// Borrowed memory is waited for in finish() whatever `track_` says.
 void Fanout::send_borrowed(uint32_t sub, const uint8_t* p, size_t n) {
-  std::vector<int> to;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    to = live_;
-  }
-  for (int kid : to) {
-    auto q = w_.net.send(kid, w_.key(sub), transport::Payload{p, n, nullptr}, w_.deadline);
-    if (!q.ok()) {
-      drop(kid, q.status());
-      continue;
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    reqs_.emplace_back(kid, q.value());
-  }
+  send_payload(sub, transport::Payload{p, n, nullptr}, true);
 }
 
 void Fanout::finish() {

@@ -42,6 +42,8 @@ class Fanout {
 
  private:
   void drop(int kid, const Status& why);
+  // To every live child; `keep`: hold the request for finish().
+  void send_payload(uint32_t sub, const transport::Payload& p, bool keep);
   OpWire w_;
   std::vector<int> kids_;
   bool track_;

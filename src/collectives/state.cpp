@@ -16,6 +16,13 @@ bool same_layout(const std::vector<kernels::cpu::TensorSpec>& a, const std::vect
   });
 }
 
+std::vector<int> other_ranks(const Engine& e) {
+  std::vector<int> v;
+  for (int r = 0; r < e.comm.nranks(); ++r)
+    if (r != e.rank()) v.push_back(r);
+  return v;
+}
+
 Engine::Engine(Comm& c)
     : comm(c), acks([this](const BufferKey& key, int rank, uint64_t holds) {
         auto it = roots.find(key);

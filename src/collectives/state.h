@@ -98,6 +98,8 @@ void record_traffic(Engine& e, int parent, const std::vector<int>& children);
 // the start-up probe gives for it (wire bytes over the probed rate plus half the round trip).
 void log_step(Engine& e, const char* what);
 double now_s();
+// Every rank of the communicator but this one, increasing (who a root hears from or tells).
+std::vector<int> other_ranks(const Engine& e);
 // Same counts and dtypes, tensor by tensor (names aside): the state kept for a buffer set still fits.
 bool same_layout(const std::vector<kernels::cpu::TensorSpec>& a, const std::vector<kernels::cpu::TensorSpec>& b);
 

@@ -28,13 +28,6 @@ struct DenseOp {
 
 size_t segments(size_t bytes, size_t seg) { return bytes == 0 ? 0 : (bytes + seg - 1) / seg; }
 
-std::vector<int> everyone_but(int n, int me) {
-  std::vector<int> v;
-  for (int r = 0; r < n; ++r)
-    if (r != me) v.push_back(r);
-  return v;
-}
-
 Result<std::vector<DenseOp>> plan(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   std::vector<DenseOp> ops;
   for (auto& b : bufs) {
@@ -82,7 +75,7 @@ Status dense_root(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
   }
   for (auto& o : outs) o->finish();
   // Agreement: every rank reports; a mismatched call fails everywhere.
-  const auto others = everyone_but(e.comm.nranks(), e.rank());
+  const auto others = other_ranks(e);
   for (auto& op : ops) op.result = e.acks.agree(e.wire(op.seq), others);
   Status result;
   for (auto& op : ops) {

@@ -182,9 +182,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   for (auto& b : bufs)
     if (b.recv && b.recv != b.send && b.count)
       SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
-  std::vector<int> others;
-  for (int r = 0; r < e.comm.nranks(); ++r)
-    if (r != e.rank()) others.push_back(r);
+  const std::vector<int> others = other_ranks(e);
   e.acks.post(op.seq, op.key, others);
   state.advance(Phase::kAck);
   if (full) {
