@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
     printf("%4s %8s %11s %11s %8s %8s %8s %8s %9s %9s %9s\n", "step", "density", "dense_MB", "wire_MB", "ratio",
            "paper", "idx_bit", "entropy", "extr_GB/s", "enc_GB/s", "apply_GB/s");
   double sum_changes = 0, sum_elems = 0, sum_wire = 0, sum_dense = 0, sum_paper = 0, sum_idx_bytes = 0,
-         sum_sparse_changes = 0, sum_entropy = 0, sum_extract_s = 0, sum_encode_wall = 0, sum_apply_s = 0, sum_verify_s = 0;
+         sum_sparse_changes = 0, sum_entropy = 0, sum_extract_s = 0, sum_encode_wall = 0, sum_apply_s = 0, sum_verify_s = 0,
+         sum_decode_s = 0, sum_write_s = 0, sum_apply_changes = 0;
   for (int s = 1; s <= steps; ++s) {
     g.step();
     EncodeStats es;
@@ -166,6 +167,9 @@ int main(int argc, char** argv) {
     sum_encode_wall += es.wall_seconds;
     sum_apply_s += as.wall_seconds;
     sum_verify_s += as.verify_seconds;
+    sum_decode_s += as.decode_seconds;
+    sum_write_s += as.write_seconds;
+    sum_apply_changes += double(as.changes);
     if (!json)
       printf("%4d %7.3f%% %11.1f %11.3f %8.1f %8.1f %8.2f %8.2f %9.2f %9.2f %9.2f\n", s, 100 * es.density(),
              es.dense_bytes / 1e6, es.wire_bytes / 1e6, double(es.dense_bytes) / es.wire_bytes,
@@ -185,6 +189,9 @@ int main(int argc, char** argv) {
   const double encode_gbps = sum_dense / sum_encode_wall / 1e9;
   const double apply_gbps = sum_wire / sum_apply_s / 1e9;              // wire bytes consumed per second
   const double link_10g = 10e9 / 8 / 1e9;
+  // Per change, on the apply threads: decoding and staging, then writing (base verification excluded).
+  const double per_change = std::max(1.0, sum_apply_changes);
+  const double decode_ns = 1e9 * sum_decode_s / per_change, write_ns = 1e9 * sum_write_s / per_change;
   // Base verification (SPARROW_VERIFY_BASE): the pass that checksums the receiver's buffers, in dense
   // bytes per second (0 when it is off); its time is part of apply here (collectives overlap it).
   const double verify_gbps = sum_verify_s > 0 ? sum_dense / sum_verify_s / 1e9 : 0;
@@ -194,13 +201,14 @@ int main(int argc, char** argv) {
            "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
            "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, "
            "\"read_bandwidth_gbps\": %.3f, \"extract_vs_read_bandwidth\": %.3f, \"encode_gbps\": %.3f, "
-           "\"encode_threads\": %d, \"apply_gbps\": %.3f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
+           "\"encode_threads\": %d, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
+           "\"apply_write_ns_per_change\": %.2f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
            "\"verify_base\": %s, \"verify_gbps\": %.3f, \"verify_seconds_per_step\": %.4f, "
            "\"bit_exact\": %s}\n",
            g.config().name.c_str(), (long long)(go.layers ? go.layers : g.config().layers), (long long)go.vocab,
            (unsigned long long)g.elements(), steps, go.lr, density, dense, wire, dense / wire, paper, dense / paper,
            idx_bits, ent_bits, idx_bits / ent_bits, extract_gbps, read_bw, extract_gbps / read_bw, encode_gbps,
-           eo.threads, apply_gbps, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
+           eo.threads, apply_gbps, decode_ns, write_ns, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
            ao.verify_base ? "true" : "false", verify_gbps, sum_verify_s / steps, exact ? "true" : "false");
   } else {
     printf("\nmean over %d steps: density %.3f%%, %.1f MB dense -> %.3f MB wire: ratio %.1fx (SparrowRL format %.1fx)\n",
@@ -209,7 +217,9 @@ int main(int argc, char** argv) {
     printf("extraction: %.2f GB/s read on %d core(s) vs single-core read bandwidth %.2f GB/s (%.2fx); "
            "encode end to end %.2f GB/s dense\n",
            extract_gbps, eo.threads, read_bw, extract_gbps / read_bw, encode_gbps);
-    printf("apply: %.2f GB/s of wire bytes (%.2fx what a 10 Gbit/s link delivers)\n", apply_gbps, apply_gbps / link_10g);
+    printf("apply: %.2f GB/s of wire bytes (%.2fx what a 10 Gbit/s link delivers) on %d thread(s); per change: "
+           "decode %.2f ns + write %.2f ns\n", apply_gbps, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
+           decode_ns, write_ns);
     if (ao.verify_base)
       printf("base verification: %.2f GB/s of buffer, %.1f ms per step (included in apply; SPARROW_VERIFY_BASE=0 "
              "turns it off)\n", verify_gbps, 1e3 * sum_verify_s / steps);

@@ -35,7 +35,7 @@ Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   InCall busy(e);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root));
   if (e.rank() == root) return sparse_root(e, bufs, root, op);
-  SparseSink rx(e, bufs, root, op, false);
+  SparseSink rx(e, bufs, root, op);
   Status r = rx.receive();
   return rx.commit(std::move(r));
 }
@@ -45,7 +45,7 @@ Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   auto so = std::make_shared<StagedOp>();
   SPARROW_ASSIGN_OR_RETURN(so->op, begin_sparse(e, bufs, root));
-  so->rx = std::make_unique<SparseSink>(e, bufs, root, so->op, true);
+  so->rx = std::make_unique<SparseSink>(e, bufs, root, so->op);
   StagedOp* raw = so.get();
   so->worker = std::thread([raw] {
     raw->received = raw->rx->receive();

@@ -1,6 +1,14 @@
 #include "collectives/decoder.h"
 
+#include <algorithm>
+
+#include "core/parallel.h"
+
 namespace sparrow::coll {
+
+namespace {
+constexpr int kMaxThreads = 8;  // beyond this the receiver's memory bandwidth, not cores, limits decoding
+}  // namespace
 
 DecodeWorker::~DecodeWorker() {
   {
@@ -8,7 +16,7 @@ DecodeWorker::~DecodeWorker() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (t_.joinable()) t_.join();
+  for (auto& t : threads_) t.join();
 }
 
 std::unique_ptr<DecodeWorker::Job> DecodeWorker::start(kernels::cpu::ApplySession* sess, int parent) {
@@ -17,12 +25,24 @@ std::unique_ptr<DecodeWorker::Job> DecodeWorker::start(kernels::cpu::ApplySessio
   j->sess_ = sess;
   j->parent_ = parent;
   std::lock_guard<std::mutex> lk(mu_);
-  if (sess && !t_.joinable()) t_ = std::thread([this] { run(); });
+  if (sess && threads_.empty()) {
+    const int n = std::clamp(kernel_threads(), 1, kMaxThreads);
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+  }
   return j;
 }
 
 void DecodeWorker::Job::push(Frame f) {
   if (!sess_) return;
+  if (!begun_) {  // the header: checked here, so that every chunk queued after it may start at once
+    begun_ = true;
+    Status s = sess_->begin(*f);
+    std::lock_guard<std::mutex> lk(w_->mu_);
+    queued_++;
+    done_++;
+    if (!s.ok()) status_ = std::move(s);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lk(w_->mu_);
     queued_++;
@@ -46,15 +66,12 @@ uint32_t DecodeWorker::Job::verified() const {
 }
 
 void DecodeWorker::decode(Job& j, const Frame& f) {
-  Status s;
-  bool first;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!j.status_.ok()) return;  // drain: the first failure stands
-    first = j.done_ == 0;
   }
-  s = first ? j.sess_->begin(*f) : j.sess_->add_chunk(f);
-  if (!s.ok() && !first) s.context("from rank " + std::to_string(j.parent_));
+  Status s = j.sess_->add_chunk(f);
+  if (!s.ok()) s.context("from rank " + std::to_string(j.parent_));
   std::lock_guard<std::mutex> lk(mu_);
   if (!s.ok() && j.status_.ok()) j.status_ = std::move(s);
 }

@@ -1,6 +1,8 @@
 // Verification and decoding of a receiver's sparse stream, off the thread that receives and forwards
-// it: one worker thread per communicator (started at the first sparse operation), fed frame by frame
-// in arrival order. Operations on a communicator do not overlap, so one worker serves them in turn.
+// it: a pool of worker threads per communicator (SPARROW_THREADS or every core, up to 8; started at
+// the first sparse operation), fed frame by frame in arrival order; chunks decode in parallel. The
+// header is checked on the pushing thread before any chunk is queued. Operations on a communicator
+// do not overlap, so one pool serves them in turn.
 #pragma once
 
 #include <condition_variable>
@@ -8,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "collectives/protocol.h"
 #include "kernels/cpu/delta.h"
@@ -38,6 +41,7 @@ class DecodeWorker {
     int parent_ = -1;
     // Guarded by the worker's mutex.
     uint32_t queued_ = 0, done_ = 0;
+    bool begun_ = false;  // the header frame went through ApplySession::begin
     bool joined_ = false;
     Status status_;
   };
@@ -50,7 +54,7 @@ class DecodeWorker {
   std::condition_variable cv_, done_cv_;
   std::deque<std::pair<Job*, Frame>> q_;
   bool stop_ = false;
-  std::thread t_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace sparrow::coll

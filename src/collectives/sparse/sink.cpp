@@ -38,11 +38,10 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob) {
 
 }  // namespace
 
-SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op, bool staged)
+SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op)
     : e_(e), bufs_(std::move(bufs)), root_(root), op_(op),
       relay_(e.wire(op.seq), op.tree.parent[e.rank()], op.tree.children[e.rank()]), state_(op.seq, "receiver"),
       t0_(now_s()) {
-  aopt_.checksum_ahead = staged;  // a staged commit only writes
 }
 
 Status SparseSink::receive() {

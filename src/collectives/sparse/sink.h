@@ -28,7 +28,7 @@ namespace sparrow::coll {
 
 class SparseSink {
  public:
-  SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op, bool staged);
+  SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op);
   // Header through flush; on a failure before its acknowledgement, acknowledges it as failed
   // (asking for a resync at the next operation) on the way out.
   Status receive();

@@ -1,12 +1,14 @@
 // The receiver side of the kernels: apply_checkpoint and ApplySession (verify, decode, then write),
 // and the pieces apply_internal.h shares with the chain composition (chain.cpp).
 #include <chrono>
+#include <mutex>
 #include <cstring>
 #include <set>
 #include <thread>
 
 #include "core/log.h"
 #include "core/parallel.h"
+#include "format/block_sum.h"
 #include "format/digest.h"
 #include "kernels/cpu/apply_internal.h"
 #include "kernels/cpu/extract.h"
@@ -52,8 +54,9 @@ Status check_receiver(const format::Header& h, std::span<void* const> targets, s
 
 // ---- base verification: do the targets still hold what the receiver committed? --------------------
 
-// Checksum of one block of a tensor's committed contents (host bytes).
-uint64_t block_sum(const uint8_t* p, size_t bytes) { return format::checksum(p, bytes); }
+// Checksum of one block of a tensor's committed contents (host bytes): linear, so that a commit
+// brings it up to date from the changes alone (format/block_sum.h).
+uint64_t block_sum(const uint8_t* p, size_t bytes) { return format::block_sum(p, bytes); }
 
 // The blocks of every tensor in the header's chunking, flattened.
 struct BlockRef {
@@ -157,14 +160,16 @@ Status base_verdict(const format::Header& h, const BaseCheck& bc) {
                          " (written to since that step): " + which + "; nothing was applied");
 }
 
-// Checksums of the committed contents after commit() wrote `staged`: written blocks are hashed again,
-// the others keep the sums verification found (`base`, in the header's chunking) or, for a full
-// snapshot, are all written.
+// Checksums of the committed contents after commit() wrote `staged`. `base` holds what verification
+// found before the write (in the header's chunking; empty when it did not run): a sparse chunk moves
+// its block's sum by the change staging computed, a dense one is summed from its new bytes, and a
+// sparse chunk without a verified base sum (a full snapshot) is summed from the targets.
 void refresh_block_sums(const format::Header& h, const std::vector<Staged>& staged, std::span<void* const> targets,
                         DeviceOps* dev, const std::vector<uint8_t>& on_dev, std::vector<std::vector<uint64_t>> base,
                         int threads, ReceiverState& st) {
   const size_t nt = h.tensors.size();
-  if (base.size() != nt) {
+  const bool have_base = base.size() == nt;
+  if (!have_base) {
     base.assign(nt, {});
     for (uint32_t t = 0; t < nt; ++t) base[t].assign(h.blocks(t), 0);
   }
@@ -174,12 +179,12 @@ void refresh_block_sums(const format::Header& h, const std::vector<Staged>& stag
     const Staged& sg = staged[i];
     const uint32_t t = sg.h.tensor;
     const uint64_t b = sg.h.elem_begin / h.chunk_elems;
-    if (sg.has_sum) {  // computed while the chunk was staged
-      base[t][b] = sg.sum;
-      return;
-    }
     if (sg.dense) {  // the new bytes of the whole block are at hand
       base[t][b] = block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
+      return;
+    }
+    if (have_base) {  // O(changes): the staged change of the verified sum
+      base[t][b] = format::block_sum_add(base[t][b], sg.sum_delta);
       return;
     }
     size_t bytes = 0;
@@ -244,13 +249,14 @@ Status stage_chunk(const format::Header& h, const format::ChunkView& c, const ui
   if (over) overlay_old(*over, sg.pos, es, s.oldv.data());
   sg.vals.resize(size_t(k) * es);
   SPARROW_RETURN_IF_ERROR(format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data()));
-  uint64_t d = 0;
+  uint64_t d = 0, sum = 0;
   for (uint32_t j = 0; j < k; ++j) {
-    uint64_t gi = c.h.elem_begin + sg.pos[j];
-    d += format::element_hash_delta(t, gi, format::load_elem(&s.oldv[size_t(j) * es], es),
-                                    format::load_elem(&sg.vals[size_t(j) * es], es));
+    const uint64_t o = format::load_elem(&s.oldv[size_t(j) * es], es), n = format::load_elem(&sg.vals[size_t(j) * es], es);
+    d += format::element_hash_delta(t, c.h.elem_begin + sg.pos[j], o, n);
+    sum = format::block_sum_add(sum, format::block_sum_delta(sg.pos[j], es, o, n));
   }
   sg.dig = d;
+  sg.sum_delta = sum;
   return Status::Ok();
 }
 
@@ -320,26 +326,6 @@ Status write_staged(const format::Header& h, const format::Footer& ft, std::vect
   state.digests = ft.new_digests;
   if (base) refresh_block_sums(h, staged, targets, dev, on_dev, std::move(base->sums), threads, state);
   else state.block_sums.clear();
-  return Status::Ok();
-}
-
-// The checksum of a staged chunk's block as it will be after the write (its current contents with the
-// changes applied, in scratch): so that committing needs no pass over the buffers afterwards.
-Status staged_block_sum(const format::Header& h, std::span<void* const> targets, DeviceOps* dev,
-                        const std::vector<uint8_t>& on_dev, StageScratch& s, Staged& sg) {
-  const uint32_t t = sg.h.tensor, es = h.tensors[t].elem_size;
-  const size_t bytes = size_t(sg.h.elem_count) * es;
-  if (sg.dense) {
-    sg.sum = block_sum(sg.dense, bytes);
-  } else {
-    size_t got = 0;
-    SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, host_block(h, targets, dev, on_dev, t, sg.h.elem_begin / h.chunk_elems,
-                                                          s.base, &got));
-    if (p != s.base.data()) s.base.assign(p, p + got);
-    scatter(s.base.data(), sg.pos.data(), sg.pos.size(), es, sg.vals.data());
-    sg.sum = block_sum(s.base.data(), bytes);
-  }
-  sg.has_sum = true;
   return Status::Ok();
 }
 
@@ -436,18 +422,26 @@ Status ApplySession::add_chunk(std::shared_ptr<const std::vector<uint8_t>> frame
 }
 
 Status ApplySession::add_chunk(std::shared_ptr<const std::vector<uint8_t>> owner, std::span<const uint8_t> frame) {
+  // Callable from several threads at once (between begin and prepare): the header, targets and
+  // receiver state are only read here; what is shared and written is under im_->mu.
   if (!im_->have_header) return CorruptData("checkpoint chunk before its header");
   const double t0 = now_s();
   size_t used = 0;
   SPARROW_ASSIGN_OR_RETURN(format::ChunkView c, format::parse_chunk(frame, im_->h, &used));
   if (used != frame.size()) return CorruptData("trailing bytes after a checkpoint chunk");
-  if (!im_->seen.insert({c.h.tensor, c.h.elem_begin}).second)
-    return CorruptData("chunk of tensor " + std::to_string(c.h.tensor) + " at element " + std::to_string(c.h.elem_begin) +
-                       " received twice");
+  size_t index;
+  {
+    std::lock_guard<std::mutex> lk(im_->mu);
+    if (!im_->seen.insert({c.h.tensor, c.h.elem_begin}).second)
+      return CorruptData("chunk of tensor " + std::to_string(c.h.tensor) + " at element " + std::to_string(c.h.elem_begin) +
+                         " received twice");
+    index = im_->seen.size() - 1;
+  }
+  thread_local StageScratch scratch;
   Staged sg;
-  Status e = stage_chunk_at(im_->h, c, im_->targets, im_->dev, im_->on_dev, im_->scratch, sg);
-  if (e.ok() && im_->opt.verify_base && im_->opt.checksum_ahead) e = staged_block_sum(im_->h, im_->targets, im_->dev, im_->on_dev, im_->scratch, sg);
-  if (!e.ok()) return chunk_context(std::move(e), im_->h, c.h, im_->staged.size());
+  Status e = stage_chunk_at(im_->h, c, im_->targets, im_->dev, im_->on_dev, scratch, sg);
+  if (!e.ok()) return chunk_context(std::move(e), im_->h, c.h, index);
+  std::lock_guard<std::mutex> lk(im_->mu);
   im_->staged.push_back(std::move(sg));
   if (im_->frames.empty() || im_->frames.back() != owner) im_->frames.push_back(std::move(owner));
   im_->wire += used;

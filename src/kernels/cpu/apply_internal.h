@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <span>
@@ -25,8 +26,7 @@ struct Staged {
   const uint8_t* dense = nullptr;  // dense chunks: the new bytes of the whole range
   uint64_t dig = 0;                // digest change of the chunk's range
   format::ChunkHeader h;
-  bool has_sum = false;            // `sum`: checksum of the block's new contents, computed ahead
-  uint64_t sum = 0;
+  uint64_t sum_delta = 0;          // sparse chunks: the change of the block's sum (format/block_sum.h)
 };
 
 struct StageScratch {
@@ -67,9 +67,6 @@ Status accept(const format::Header& h, const format::Footer& ft, const std::vect
 Status write_staged(const format::Header& h, const format::Footer& ft, std::vector<Staged>& staged,
                     std::span<void* const> targets, ReceiverState& state, DeviceOps* dev,
                     const std::vector<uint8_t>& on_dev, int threads, BaseCheck* base);
-// The checksum of a staged chunk's block as it will be after the write.
-Status staged_block_sum(const format::Header& h, std::span<void* const> targets, DeviceOps* dev,
-                        const std::vector<uint8_t>& on_dev, StageScratch& s, Staged& sg);
 
 }  // namespace sparrow::kernels::cpu::detail
 
@@ -90,8 +87,8 @@ struct ApplySession::Impl {
   format::Header h;
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> frames;  // keeps the staged bytes alive
   std::vector<Staged> staged;
+  std::mutex mu;  // add_chunk from several threads: guards seen, staged, frames and the counts
   std::set<std::pair<uint32_t, uint64_t>> seen;
-  StageScratch scratch;
   uint64_t wire = 0, changes = 0;
   double decode_s = 0;
   // Base verification runs on its own thread from begin() to prepare(), overlapped with the transfer.

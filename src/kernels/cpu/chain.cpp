@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/parallel.h"
+#include "format/block_sum.h"
 #include "format/digest.h"
 #include "kernels/cpu/apply_internal.h"
 #include "kernels/cpu/extract.h"
@@ -67,7 +68,10 @@ void fold(Staged& m, Staged&& sg, uint32_t es) {
   } else if (m.pos.empty()) {
     m.pos = std::move(sg.pos);
     m.vals = std::move(sg.vals);
-  } else {  // merge two sorted position lists; the later delta's value wins
+    m.sum_delta = sg.sum_delta;
+  } else {  // merge two sorted position lists; the later delta's value wins (the sum changes add up:
+            // sg was staged against m's values)
+    m.sum_delta = format::block_sum_add(m.sum_delta, sg.sum_delta);
     std::vector<uint32_t> pos;
     std::vector<uint8_t> vals;
     pos.reserve(m.pos.size() + sg.pos.size());
@@ -185,8 +189,6 @@ Status ApplySession::prepare_chain(std::span<const std::span<const uint8_t>> in,
   im.footer = links.back().footer;
   for (auto& sg : staged) {
     im.changes += sg.dense ? sg.h.elem_count : sg.pos.size();
-    if (im.opt.verify_base && im.opt.checksum_ahead)
-      SPARROW_RETURN_IF_ERROR(staged_block_sum(im.h, im.targets, im.dev, im.on_dev, im.scratch, sg));
   }
   im.staged = std::move(staged);
   im.frames = std::move(owners);

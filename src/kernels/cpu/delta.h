@@ -120,7 +120,7 @@ class DeltaEncoder {
 struct ReceiverState {
   uint64_t version = 0;  // 0: never received
   std::vector<uint64_t> digests;
-  // XXH3 of each block of `block_elems` elements of each tensor, as committed. Empty or of another
+  // Linear sum (format/block_sum.h) of each block of `block_elems` elements of each tensor, as committed. Empty or of another
   // chunking: unknown, and verification recomputes the full content digests instead (slower).
   uint32_t block_elems = 0;
   std::vector<std::vector<uint64_t>> block_sums;
@@ -137,10 +137,6 @@ struct ApplyOptions {
   // step does not change goes unnoticed. Costs one read of the targets, overlapped with the transfer
   // by ApplySession, and one checksum pass over the blocks a step writes.
   bool verify_base = default_verify_base();
-  // ApplySession: compute each written block's new checksum while staging (off the critical path
-  // after the last chunk, but a copy of each block) instead of hashing the written blocks after
-  // the writes. For staged steps, whose commit should only write.
-  bool checksum_ahead = false;
 };
 
 struct ApplyStats {
@@ -166,7 +162,9 @@ Status apply_checkpoint(std::span<const uint8_t> checkpoint, std::span<void* con
 // targets; finish() checks the footer (chunk count, coverage, the resulting digests) and only then
 // writes. Same guarantee as apply_checkpoint: on any error nothing was written and `state` is
 // unchanged. Decoding while later chunks are still on the wire leaves only the writes after the last
-// one. The targets must not change between begin() and finish(). One thread at a time.
+// one. The targets must not change between begin() and finish(). add_chunk() may be called from
+// several threads at once (chunks decode in parallel); the other calls one thread at a time, with
+// begin() before and prepare()/finish() after every add_chunk().
 class ApplySession {
  public:
   ApplySession(std::span<void* const> targets, std::span<const TensorSpec> layout, ReceiverState& state,

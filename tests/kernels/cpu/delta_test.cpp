@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "format/block_sum.h"
 #include "format/checkpoint.h"
 #include "gen/generator.h"
 #include "harness/util.h"
@@ -43,6 +44,19 @@ struct Pair {
   Status apply(std::span<const uint8_t> ck, const ApplyOptions& o = {}) {
     auto d = dst();
     return apply_checkpoint(ck, d, layout, state, o);
+  }
+  // The block sums the receiver keeps are those of its buffers, recomputed from scratch: what a
+  // commit brought up to date from the changes alone is exact.
+  bool block_sums_exact() const {
+    if (state.block_sums.size() != layout.size()) return false;
+    for (size_t t = 0; t < layout.size(); ++t) {
+      const size_t es = layout[t].elem_size(), blk = size_t(state.block_elems) * es;
+      if (state.block_sums[t].size() != (recv[t].size() + blk - 1) / blk) return false;
+      for (size_t b = 0; b < state.block_sums[t].size(); ++b)
+        if (state.block_sums[t][b] != format::block_sum(recv[t].data() + b * blk, std::min(blk, recv[t].size() - b * blk)))
+          return false;
+    }
+    return true;
   }
   void mutate(double density, uint64_t seed) {
     for (size_t t = 0; t < layout.size(); ++t)
@@ -232,6 +246,7 @@ TEST(Delta, BaseVerificationFindsEveryWriteAcrossStepsAndTensors) {
     ASSERT_TRUE(p.apply(ck).ok()) << "step " << step;
     ASSERT_TRUE(p.equal()) << "step " << step;
     ASSERT_EQ(p.state.block_elems, 1024u);
+    ASSERT_TRUE(p.block_sums_exact()) << "step " << step;
   }
 }
 
@@ -320,6 +335,7 @@ TEST(Delta, ChainOfDeltasCatchesUpInOneWrite) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_TRUE(p.equal());
     EXPECT_EQ(p.state.version, 8u);
+    if (verify) EXPECT_TRUE(p.block_sums_exact());
     // What it committed is a proper base for the next step (version, digests and block sums).
     p.mutate(0.01, 9);
     s = p.apply(p.encode(small_chunks()).value(), ao);
