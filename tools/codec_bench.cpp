@@ -38,6 +38,7 @@ void usage(FILE* f) {
           "  --chunk-elems N     elements per chunk [SPARROW_CHUNK_ELEMS]\n"
           "  --encode-threads N  threads for extraction+encoding (goal is per core) [1]\n"
           "  --apply-threads N   threads for apply [all cores]\n"
+          "  --value-sample N    pick a chunk's value codec on its first N changes (0: on all of them) [1024]\n"
           "  --json              print one JSON object instead of the table\n"
           "  -h, --help          this text\n"
           "Memory: about 18 bytes per parameter (fp32 master + Adam moments, bf16 root, shadow, receiver).\n");
@@ -77,7 +78,8 @@ int main(int argc, char** argv) {
   static option longopts[] = {{"model", 1, 0, 'm'},         {"layers", 1, 0, 'l'},        {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'},         {"lr", 1, 0, 'r'},            {"seed", 1, 0, 'S'},
                               {"chunk-elems", 1, 0, 'c'},   {"encode-threads", 1, 0, 'e'}, {"apply-threads", 1, 0, 'a'},
-                              {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+                              {"value-sample", 1, 0, 'V'},  {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},
+                              {0, 0, 0, 0}};
   int c;
   const char* P = "sparrow-codec-bench";
   opterr = 0;  // our own one-line messages
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
       case 'c': eo.chunk_elems = uint32_t(args::integer(P, "--chunk-elems", optarg, 1024, 1 << 30)); break;
       case 'e': eo.threads = int(args::integer(P, "--encode-threads", optarg, 1, 1024)); break;
       case 'a': ao.threads = int(args::integer(P, "--apply-threads", optarg, 1, 1024)); break;
+      case 'V': eo.value_sample = size_t(args::integer(P, "--value-sample", optarg, 0, 1 << 30)); break;
       case 'j': json = true; break;
       case 'h': usage(stdout); return 0;
       default: args::unknown(P, argv[optind - 1]);
@@ -201,14 +204,14 @@ int main(int argc, char** argv) {
            "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
            "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, "
            "\"read_bandwidth_gbps\": %.3f, \"extract_vs_read_bandwidth\": %.3f, \"encode_gbps\": %.3f, "
-           "\"encode_threads\": %d, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
+           "\"encode_threads\": %d, \"value_sample\": %zu, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
            "\"apply_write_ns_per_change\": %.2f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
            "\"verify_base\": %s, \"verify_gbps\": %.3f, \"verify_seconds_per_step\": %.4f, "
            "\"bit_exact\": %s}\n",
            g.config().name.c_str(), (long long)(go.layers ? go.layers : g.config().layers), (long long)go.vocab,
            (unsigned long long)g.elements(), steps, go.lr, density, dense, wire, dense / wire, paper, dense / paper,
            idx_bits, ent_bits, idx_bits / ent_bits, extract_gbps, read_bw, extract_gbps / read_bw, encode_gbps,
-           eo.threads, apply_gbps, decode_ns, write_ns, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
+           eo.threads, eo.value_sample, apply_gbps, decode_ns, write_ns, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
            ao.verify_base ? "true" : "false", verify_gbps, sum_verify_s / steps, exact ? "true" : "false");
   } else {
     printf("\nmean over %d steps: density %.3f%%, %.1f MB dense -> %.3f MB wire: ratio %.1fx (SparrowRL format %.1fx)\n",

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "format/codec_choice.h"
 #include "format/digest.h"
 #include "format/index_codec.h"
 #include "format/value_codec.h"
@@ -135,6 +136,26 @@ void BM_ValueDecode(benchmark::State& state) {
   state.SetLabel(format::value_codec_name(c));
 }
 BENCHMARK(BM_ValueDecode)->Arg(0)->Arg(1)->Arg(2)->Arg(3);
+
+// The encoder's value-codec choice for one chunk's 10,000 changes: every codec on every value
+// (Arg 0) or judged on a sample of that many values first (Arg 1024 is the default).
+void BM_ChooseValues(benchmark::State& state) {
+  const size_t k = 10000;
+  std::vector<uint8_t> o, n, best;
+  value_pair(o, n, k);
+  format::ValueChoiceOptions opt;
+  opt.sample = size_t(state.range(0));
+  format::CodecScratch s;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    auto c = format::choose_values(o.data(), n.data(), k, 2, true, opt, s, best);
+    benchmark::DoNotOptimize(c.ok());
+    bytes = best.size();
+  }
+  state.SetItemsProcessed(int64_t(state.iterations()) * k);
+  state.SetLabel(std::to_string(8.0 * bytes / k) + " bits/value");
+}
+BENCHMARK(BM_ChooseValues)->Arg(0)->Arg(4096)->Arg(1024);
 
 // Whole checkpoint apply for a 1%-dense step of 16 chunks, one thread; bytes = wire bytes.
 void BM_Apply(benchmark::State& state) {

@@ -1,5 +1,8 @@
 #include "format/codec_choice.h"
 
+#include <cstdint>
+#include <vector>
+
 namespace sparrow::format {
 
 IndexChoice choose_index(const uint32_t* pos, size_t k, uint32_t n, bool paper_only) {
@@ -18,14 +21,48 @@ IndexChoice choose_index(const uint32_t* pos, size_t k, uint32_t n, bool paper_o
   return c;
 }
 
+namespace {
+
+// The zstd codecs allowed for these values, in the order they are tried.
+std::vector<ValueCodec> zstd_candidates(bool with_old, const ValueChoiceOptions& opt) {
+  std::vector<ValueCodec> v;
+  for (ValueCodec c : {ValueCodec::kSubZstd, ValueCodec::kXorZstd, ValueCodec::kOverwriteZstd}) {
+    if (value_codec_needs_old(c) && !with_old) continue;
+    if (c == ValueCodec::kXorZstd && !opt.try_xor) continue;
+    v.push_back(c);
+  }
+  return v;
+}
+
+// The candidate that packs the first `n` values smallest.
+Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const uint8_t* oldv, const uint8_t* newv,
+                                  size_t n, uint32_t elem_size, int level, CodecScratch& s) {
+  ValueCodec pick = cands.front();
+  size_t least = SIZE_MAX;
+  for (ValueCodec c : cands) {
+    s.val.clear();
+    SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, n, elem_size, level, s.zs, s.val));
+    if (s.val.size() < least) {
+      least = s.val.size();
+      pick = c;
+    }
+  }
+  return pick;
+}
+
+}  // namespace
+
 Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
                                  const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best) {
   ValueCodec chosen = ValueCodec::kOverwrite;
   best.assign(newv, newv + k * elem_size);
   if (opt.paper_only) return chosen;
-  for (ValueCodec c : {ValueCodec::kSubZstd, ValueCodec::kXorZstd, ValueCodec::kOverwriteZstd}) {
-    if (value_codec_needs_old(c) && !with_old) continue;
-    if (c == ValueCodec::kXorZstd && !opt.try_xor) continue;
+  std::vector<ValueCodec> cands = zstd_candidates(with_old, opt);
+  if (cands.size() > 1 && opt.sample > 0 && k > 2 * opt.sample) {
+    SPARROW_ASSIGN_OR_RETURN(ValueCodec c, best_on_sample(cands, oldv, newv, opt.sample, elem_size, opt.zstd_level, s));
+    cands = {c};
+  }
+  for (ValueCodec c : cands) {
     s.val.clear();
     SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, k, elem_size, opt.zstd_level, s.zs, s.val));
     if (s.val.size() < best.size()) {

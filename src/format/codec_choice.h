@@ -27,13 +27,18 @@ struct ValueChoiceOptions {
   bool paper_only = false;  // raw (overwrite) values only
   bool try_xor = true;      // also try xor_zstd
   int zstd_level = 1;
+  // With more than 2x this many values, the zstd codecs are compared on the first `sample` values
+  // and only the one that packs them best encodes the whole chunk (one full compression instead of
+  // three); 0: always compare on everything.
+  size_t sample = 1024;
 };
 // Reused between calls (no allocation in steady state).
 struct CodecScratch {
   std::vector<uint8_t> val, zs;
 };
 // Encodes k changed values (old and new, elem_size bytes each) with the smallest allowed codec into
-// `best`; returns the codec. `with_old`: the old values are known (codecs relative to them allowed).
+// `best` (judged on a sample for large k, see ValueChoiceOptions::sample; never larger than the raw
+// values); returns the codec. `with_old`: the old values are known (codecs relative to them allowed).
 Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
                                  const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best);
 // A dense chunk's values: the raw bytes, or zstd on byte planes when `compress` and smaller.

@@ -50,6 +50,12 @@ TEST(WanemuScenario, ShippedScenariosParse) {
     ASSERT_TRUE(s.ok()) << f << ": " << s.status().to_string();
     EXPECT_EQ(s->hosts.size(), 8u) << f;
   }
+  auto uc = load_scenario(std::string(SPARROW_SOURCE_DIR) + "/bench/scenarios/us_canada.toml");
+  ASSERT_TRUE(uc.ok()) << uc.status().to_string();
+  EXPECT_EQ(uc->hosts.size(), 2u);
+  const Link* l = uc->link("us", "canada");
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->delay_ms, 15);
 }
 
 TEST(WanemuScenario, ClearErrors) {

@@ -38,6 +38,9 @@ struct EncodeOptions {
   bool paper_format = false;    // SparrowRL's format only: leb128 gaps + overwritten values
   bool compress_dense = true;   // try zstd on byte planes for dense (raw) chunks
   bool try_xor = true;          // also try xor_zstd (sub_zstd and overwrite(_zstd) are always tried)
+  // A chunk with more than twice this many changes picks its value codec on its first
+  // `value_sample` values and compresses the rest only with that one (0: compare on every value).
+  size_t value_sample = 1024;
   Isa isa = Isa::kScalar;       // set by the constructor of EncodeOptions users via best_isa()
   EncodeOptions() : isa(best_isa()) {}
 };
