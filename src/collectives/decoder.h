@@ -39,9 +39,9 @@ class DecodeWorker {
     DecodeWorker* w_ = nullptr;
     kernels::cpu::ApplySession* sess_ = nullptr;
     int parent_ = -1;
+    bool begun_ = false;  // the header went through ApplySession::begin (the pushing thread's only)
     // Guarded by the worker's mutex.
     uint32_t queued_ = 0, done_ = 0;
-    bool begun_ = false;  // the header frame went through ApplySession::begin
     bool joined_ = false;
     Status status_;
   };

@@ -20,13 +20,14 @@ constexpr std::array<int16_t, kWindowWords> make_weights(uint64_t seed) {
 alignas(64) constexpr std::array<int16_t, kWindowWords> kA = make_weights(0x5350524f57ULL);
 alignas(64) constexpr std::array<int16_t, kWindowWords> kB = make_weights(0x424c4f434bULL);
 
-}  // namespace
-
+// Word q of a block of `bytes` bytes, signed (an odd last byte has a zero high byte).
 inline int32_t word_at(const uint8_t* p, size_t bytes, size_t q) {
   uint16_t v = p[2 * q];
   if (2 * q + 1 < bytes) v = uint16_t(v | uint16_t(p[2 * q + 1]) << 8);
   return int16_t(v);
 }
+
+}  // namespace
 
 const int16_t* weights_a() { return kA.data(); }
 const int16_t* weights_b() { return kB.data(); }

@@ -42,7 +42,7 @@ inline uint64_t block_sum_add(uint64_t x, uint64_t y) {
 
 namespace block_sum_detail {
 constexpr unsigned kWindowWords = 512;
-// Weights of the two lanes for the words of a window: odd, in [-32767, 32767].
+// Weights of the two lanes for the words of a window: odd, in [-16383, 16383].
 const int16_t* weights_a();
 const int16_t* weights_b();
 // The inner sums of one window of at most 2 * kWindowWords bytes at p (its first word is word 0).

@@ -1,8 +1,6 @@
 // The AVX2 path of block_sum (compiled with -mavx2; called only where the CPU has it).
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "format/block_sum.h"
 
 namespace sparrow::format {

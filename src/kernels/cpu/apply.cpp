@@ -1,8 +1,8 @@
 // The receiver side of the kernels: apply_checkpoint and ApplySession (verify, decode, then write),
 // and the pieces apply_internal.h shares with the chain composition (chain.cpp).
 #include <chrono>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -53,10 +53,6 @@ Status check_receiver(const format::Header& h, std::span<void* const> targets, s
 }
 
 // ---- base verification: do the targets still hold what the receiver committed? --------------------
-
-// Checksum of one block of a tensor's committed contents (host bytes): linear, so that a commit
-// brings it up to date from the changes alone (format/block_sum.h).
-uint64_t block_sum(const uint8_t* p, size_t bytes) { return format::block_sum(p, bytes); }
 
 // The blocks of every tensor in the header's chunking, flattened.
 struct BlockRef {
@@ -116,7 +112,7 @@ BaseCheck verify_base_contents(const format::Header& h, std::span<void* const> t
       errs[i] = p.status();
       return;
     }
-    r.sums[b.tensor][b.index] = block_sum(p.value(), bytes);
+    r.sums[b.tensor][b.index] = format::block_sum(p.value(), bytes);
     if (!have_sums)
       digest_part[i] = format::digest_range(b.tensor, p.value(), b.index * h.chunk_elems, bytes / h.tensors[b.tensor].elem_size,
                                             h.tensors[b.tensor].elem_size);
@@ -180,7 +176,7 @@ void refresh_block_sums(const format::Header& h, const std::vector<Staged>& stag
     const uint32_t t = sg.h.tensor;
     const uint64_t b = sg.h.elem_begin / h.chunk_elems;
     if (sg.dense) {  // the new bytes of the whole block are at hand
-      base[t][b] = block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
+      base[t][b] = format::block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
       return;
     }
     if (have_base) {  // O(changes): the staged change of the verified sum
@@ -190,7 +186,7 @@ void refresh_block_sums(const format::Header& h, const std::vector<Staged>& stag
     size_t bytes = 0;
     auto p = host_block(h, targets, dev, on_dev, t, b, scratch[w], &bytes);
     if (!p.ok()) errs[i] = p.status();
-    else base[t][b] = block_sum(p.value(), bytes);
+    else base[t][b] = format::block_sum(p.value(), bytes);
   });
   st.block_elems = h.chunk_elems;
   st.block_sums = std::move(base);

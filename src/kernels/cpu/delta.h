@@ -123,8 +123,9 @@ class DeltaEncoder {
 struct ReceiverState {
   uint64_t version = 0;  // 0: never received
   std::vector<uint64_t> digests;
-  // Linear sum (format/block_sum.h) of each block of `block_elems` elements of each tensor, as committed. Empty or of another
-  // chunking: unknown, and verification recomputes the full content digests instead (slower).
+  // Linear sum (format/block_sum.h) of each block of `block_elems` elements of each tensor, as
+  // committed. Empty or of another chunking: unknown, and verification recomputes the full content
+  // digests instead (slower).
   uint32_t block_elems = 0;
   std::vector<std::vector<uint64_t>> block_sums;
 };

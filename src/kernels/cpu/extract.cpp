@@ -93,46 +93,21 @@ size_t extract_scalar(const uint8_t* cur, uint8_t* shadow, uint32_t n, uint32_t 
   }
 }
 
-// Sparse reads and writes of a receiver's buffer touch about one cache line per change, spread over
-// the whole model: the next lines are requested a few changes ahead so that several misses overlap
-// (the hardware prefetchers do not follow irregular gaps).
-constexpr size_t kPrefetchAhead = 16;
-
-template <typename T>
-void gather_t(const uint8_t* src, const uint32_t* pos, size_t k, uint8_t* out) {
-  size_t i = 0;
-  for (; i + kPrefetchAhead < k; ++i) {
-    __builtin_prefetch(src + sizeof(T) * size_t(pos[i + kPrefetchAhead]), 0, 0);
-    memcpy(out + sizeof(T) * i, src + sizeof(T) * size_t(pos[i]), sizeof(T));
-  }
-  for (; i < k; ++i) memcpy(out + sizeof(T) * i, src + sizeof(T) * size_t(pos[i]), sizeof(T));
-}
-
-template <typename T>
-void scatter_t(uint8_t* dst, const uint32_t* pos, size_t k, const uint8_t* vals) {
-  size_t i = 0;
-  for (; i + kPrefetchAhead < k; ++i) {
-    __builtin_prefetch(dst + sizeof(T) * size_t(pos[i + kPrefetchAhead]), 1, 0);
-    memcpy(dst + sizeof(T) * size_t(pos[i]), vals + sizeof(T) * i, sizeof(T));
-  }
-  for (; i < k; ++i) memcpy(dst + sizeof(T) * size_t(pos[i]), vals + sizeof(T) * i, sizeof(T));
-}
-
 void gather(const uint8_t* src, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) {
   switch (s) {
-    case 1: return gather_t<uint8_t>(src, pos, k, out);
-    case 2: return gather_t<uint16_t>(src, pos, k, out);
-    case 4: return gather_t<uint32_t>(src, pos, k, out);
-    default: return gather_t<uint64_t>(src, pos, k, out);
+    case 1: for (size_t i = 0; i < k; ++i) out[i] = src[pos[i]]; break;
+    case 2: for (size_t i = 0; i < k; ++i) memcpy(out + 2 * i, src + 2 * size_t(pos[i]), 2); break;
+    case 4: for (size_t i = 0; i < k; ++i) memcpy(out + 4 * i, src + 4 * size_t(pos[i]), 4); break;
+    default: for (size_t i = 0; i < k; ++i) memcpy(out + 8 * i, src + 8 * size_t(pos[i]), 8); break;
   }
 }
 
 void scatter(uint8_t* dst, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) {
   switch (s) {
-    case 1: return scatter_t<uint8_t>(dst, pos, k, vals);
-    case 2: return scatter_t<uint16_t>(dst, pos, k, vals);
-    case 4: return scatter_t<uint32_t>(dst, pos, k, vals);
-    default: return scatter_t<uint64_t>(dst, pos, k, vals);
+    case 1: for (size_t i = 0; i < k; ++i) dst[pos[i]] = vals[i]; break;
+    case 2: for (size_t i = 0; i < k; ++i) memcpy(dst + 2 * size_t(pos[i]), vals + 2 * i, 2); break;
+    case 4: for (size_t i = 0; i < k; ++i) memcpy(dst + 4 * size_t(pos[i]), vals + 4 * i, 4); break;
+    default: for (size_t i = 0; i < k; ++i) memcpy(dst + 8 * size_t(pos[i]), vals + 8 * i, 8); break;
   }
 }
 
