@@ -74,6 +74,44 @@ sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId);
  * process. */
 sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank);
 
+/* Communicator options (NCCL-style: start from SPARROW_CONFIG_INITIALIZER, then set fields). */
+typedef struct sparrowConfig_v1 {
+  size_t size;          /* filled by SPARROW_CONFIG_INITIALIZER */
+  unsigned int magic;   /* filled by SPARROW_CONFIG_INITIALIZER */
+  unsigned int version; /* filled by SPARROW_CONFIG_INITIALIZER */
+  int elastic;          /* 1: members may die or stall and are dropped; sparse broadcasts complete for the
+                           live members. 0: today's fixed communicator. */
+  int leaseMs;          /* elastic only; 0 = SPARROW_LEASE_MS (10000), else 100..86400000: a member silent
+                           this long during an operation is dropped */
+  const char* region;   /* NULL = SPARROW_REGION or inferred from RTTs; else this rank's region label */
+} sparrowConfig_t;
+#define SPARROW_CONFIG_INITIALIZER { sizeof(sparrowConfig_t), 0x53505243u /* "SPRC" */, 1, 0, 0, NULL }
+
+/* sparrowCommInitRank with options; config NULL is sparrowCommInitRank. Every rank must pass the same
+ * elastic and leaseMs (else every rank fails with sparrowInvalidUsage naming both). A config not
+ * made from SPARROW_CONFIG_INITIALIZER, or a field out of range, is sparrowInvalidArgument.
+ *
+ * Elastic communicators (the root of sparrowSparseBcast is the one rank that cannot be replaced):
+ *  - a receiver or relay that dies, or is silent past the lease during an operation, is dropped; the
+ *    root's and every other member's sparrowSparseBcast return sparrowSuccess with bit-exact data,
+ *    and the drop is logged (INFO) and visible in sparrowCommGetMembers and the stats JSON;
+ *  - the children of a dead relay re-attach to the root and take the rest of the same operation from
+ *    the part they were waiting for (nothing they already hold is sent again);
+ *  - later operations run along a tree over the live members only;
+ *  - a dropped rank that is still running gets sparrowPeerLost from its next call (it is not a member
+ *    any more); if the root dies, every receiver returns sparrowPeerLost, its buffer unchanged;
+ *  - the root waits for every member's acknowledgement before it returns (at most the lease after its
+ *    last part), so its call reflects who is still in;
+ *  - sparrowBroadcast on an elastic communicator works while every rank is a member, and returns
+ *    sparrowInvalidUsage once one was dropped. */
+sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank,
+                                          sparrowConfig_t* config);
+
+/* The live members as this rank last saw them (the root: at the end of its last operation; others:
+ * from the last operation's header), increasing, into ranks[0..maxRanks); *nlive = their number (may
+ * exceed maxRanks; ranks may be NULL when maxRanks is 0). A fixed communicator lists every rank. */
+sparrowResult_t sparrowCommGetMembers(sparrowComm_t comm, int* ranks, int maxRanks, int* nlive);
+
 /* Frees the communicator and closes its connections. Not collective; first waits (up to
  * SPARROW_TIMEOUT_S) until the broadcasts this rank rooted were acknowledged, so data a root handed
  * to the transport still arrives. */

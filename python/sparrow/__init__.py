@@ -248,17 +248,29 @@ def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> b
 
 
 class Communicator:
-    """One rank of a sparrow communicator (sparrowCommInitRank). Collective: every rank constructs it
-    with the same nranks and id. Use from one thread at a time; a context manager that destroys it."""
+    """One rank of a sparrow communicator (sparrowCommInitRankConfig). Collective: every rank constructs
+    it with the same nranks and id (and the same elastic and lease_ms). Use from one thread at a time;
+    a context manager that destroys it.
 
-    def __init__(self, nranks: int, uid: bytes, rank: int):
+    elastic=True: a receiver that dies or stays silent past the lease (lease_ms; 0 = SPARROW_LEASE_MS)
+    is dropped and sparse_broadcast completes for the others (see members()). region: this rank's
+    region label (None: SPARROW_REGION or inferred)."""
+
+    def __init__(self, nranks: int, uid: bytes, rank: int, elastic: bool = False, lease_ms: int = 0,
+                 region: Optional[str] = None):
         if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
             raise InvalidArgument(f"nranks must be a positive integer, got {nranks!r}", 4)
         if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < nranks:
             raise InvalidArgument(f"rank must be an integer in [0, {nranks}), got {rank!r}", 4)
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
             raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes of sparrow.get_unique_id()", 4)
-        self._c = _sparrow.Comm(nranks, bytes(uid), rank)
+        if not isinstance(elastic, bool):
+            raise InvalidArgument(f"elastic must be True or False, got {elastic!r}", 4)
+        if not isinstance(lease_ms, int) or isinstance(lease_ms, bool) or not (lease_ms == 0 or 100 <= lease_ms <= 86400000):
+            raise InvalidArgument(f"lease_ms must be 0 (SPARROW_LEASE_MS) or 100..86400000, got {lease_ms!r}", 4)
+        if region is not None and (not isinstance(region, str) or not region):
+            raise InvalidArgument(f"region must be a non-empty string or None, got {region!r}", 4)
+        self._c = _sparrow.Comm(nranks, bytes(uid), rank, elastic, lease_ms, region or "")
         if not self._c.alive:
             _raise(self._c.init_result, self._c.init_error)
         self._group_depth = 0
@@ -266,11 +278,12 @@ class Communicator:
         self._staged_keep: List[_Buffer] = []  # tensors a staged step reads until commit()
 
     @classmethod
-    def from_env(cls, timeout: Optional[float] = None) -> "Communicator":
+    def from_env(cls, timeout: Optional[float] = None, **options: Any) -> "Communicator":
         """Rank and size from RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (mpirun) or
         PMI_RANK/PMI_SIZE; the id travels from rank 0 over MASTER_ADDR:MASTER_PORT (default
         127.0.0.1:29500), as with torch.distributed's env:// init. Pick a MASTER_PORT that
-        torch.distributed does not use at the same time."""
+        torch.distributed does not use at the same time. `options`: elastic, lease_ms, region, as
+        for the constructor."""
         rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "this process's rank")
         size = _env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "the number of ranks")
         addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -286,7 +299,7 @@ class Communicator:
         if timeout is None:
             timeout = float(os.environ.get("SPARROW_TIMEOUT_S", "300"))
         uid = _share_id(rank, size, addr, port, timeout)
-        return cls(size, uid, rank)
+        return cls(size, uid, rank, **options)
 
     # -- identity
 
@@ -297,6 +310,12 @@ class Communicator:
     @property
     def size(self) -> int:
         return self._alive().size
+
+    def members(self) -> List[int]:
+        """The live ranks as this rank last saw them, increasing (every rank unless elastic=True)."""
+        rc, live = self._alive().members()
+        self._check(rc)
+        return live
 
     def _alive(self):
         if not self._c.alive:

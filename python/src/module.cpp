@@ -7,10 +7,14 @@
 // Python threads keep running while a sync is in flight. Errors come back as result codes; the
 // Python layer raises the matching sparrow.Error subclass with sparrowGetLastError's message.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sparrow/sparrow.h"
 
@@ -25,7 +29,8 @@ void* ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 // One communicator handle. Not thread-safe, like the C communicator: one thread at a time.
 class Comm {
  public:
-  Comm(int nranks, py::bytes uid, int rank) {
+  // `region` empty: SPARROW_REGION or inferred. Range checks are the C library's (sparrowInvalidArgument).
+  Comm(int nranks, py::bytes uid, int rank, bool elastic, int lease_ms, const std::string& region) {
     std::string id = uid;
     if (id.size() != SPARROW_UNIQUE_ID_BYTES)
       throw py::value_error("unique id must be " + std::to_string(SPARROW_UNIQUE_ID_BYTES) + " bytes, got " +
@@ -34,7 +39,11 @@ class Comm {
     memcpy(u.internal, id.data(), sizeof(u.internal));
     {
       Gil g;
-      init_rc_ = sparrowCommInitRank(&c_, nranks, u, rank);
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = elastic ? 1 : 0;
+      cfg.leaseMs = lease_ms;
+      cfg.region = region.empty() ? nullptr : region.c_str();
+      init_rc_ = sparrowCommInitRankConfig(&c_, nranks, u, rank, &cfg);
     }
     if (init_rc_ != sparrowSuccess) {
       init_error_ = sparrowGetLastError(nullptr);
@@ -55,6 +64,14 @@ class Comm {
     int r = -1;
     if (c_) sparrowCommUserRank(c_, &r);
     return r;
+  }
+  // (result, live ranks increasing)
+  std::pair<int, std::vector<int>> members() const {
+    int n = 0;
+    sparrowResult_t rc = sparrowCommGetMembers(c_, nullptr, 0, &n);
+    std::vector<int> v(size_t(std::max(n, 0)));
+    if (rc == sparrowSuccess && n > 0) rc = sparrowCommGetMembers(c_, v.data(), n, &n);
+    return {int(rc), v};
   }
   int size() const {
     int n = 0;
@@ -201,12 +218,14 @@ PYBIND11_MODULE(_sparrow, m) {
     return int(sparrowGroupEnd());
   });
   py::class_<Comm>(m, "Comm")
-      .def(py::init<int, py::bytes, int>(), py::arg("nranks"), py::arg("uid"), py::arg("rank"))
+      .def(py::init<int, py::bytes, int, bool, int, const std::string&>(), py::arg("nranks"), py::arg("uid"),
+           py::arg("rank"), py::arg("elastic") = false, py::arg("lease_ms") = 0, py::arg("region") = "")
       .def_property_readonly("init_result", &Comm::init_result)
       .def_property_readonly("init_error", &Comm::init_error)
       .def_property_readonly("alive", &Comm::alive)
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
+      .def("members", &Comm::members)
       .def("sparse_bcast", &Comm::sparse_bcast)
       .def("broadcast", &Comm::broadcast)
       .def("stage", &Comm::stage)

@@ -237,7 +237,8 @@ WORKER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, os.environ["SPARROW_TEST_PKG"])
     import torch, sparrow
-    comm = sparrow.Communicator.from_env()
+    elastic = os.environ.get("ELASTIC") == "1"
+    comm = sparrow.Communicator.from_env(**({"elastic": True, "lease_ms": 2000} if elastic else {}))
     buf = torch.zeros(200000, dtype=torch.bfloat16)
     steps = int(os.environ["STEPS"])
     for step in range(steps):
@@ -258,6 +259,7 @@ WORKER = textwrap.dedent("""
             time.sleep(600)
         if step == 1 and comm.rank == 0:
             sys.stdin.readline()  # the test kills rank 2, then lets the root go on
+    print(f"rank {comm.rank} members {comm.members()}", flush=True)
     comm.destroy()
 """)
 
@@ -282,19 +284,7 @@ def spawn(n, steps, extra_env=None):
 def test_from_env_processes_and_killed_worker_is_peer_lost():
     procs = spawn(3, 4)
     try:
-        # rank 2 announces it is parked after step 1; kill it, then release the root
-        line = ""
-        deadline = time.monotonic() + 120
-        while "waiting to be killed" not in line and time.monotonic() < deadline:
-            line = procs[2].stdout.readline()
-            assert line or procs[2].poll() is None, "rank 2 exited early"
-        assert "waiting to be killed" in line
-        procs[2].send_signal(signal.SIGKILL)
-        procs[2].wait(timeout=30)
-        procs[0].stdin.write("\n")
-        procs[0].stdin.flush()
-        out0, _ = procs[0].communicate(timeout=120)
-        out1, _ = procs[1].communicate(timeout=120)
+        out0, out1 = kill_parked_rank_2(procs)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -303,6 +293,53 @@ def test_from_env_processes_and_killed_worker_is_peer_lost():
     assert "rank 0 step 1 ok" in out0 and "rank 1 step 1 ok" in out1, (out0, out1)
     assert "PeerLost" in out0 or "PeerLost" in out1, (out0, out1)
     assert procs[0].returncode == 3 or procs[1].returncode == 3, (out0, out1)
+
+
+def kill_parked_rank_2(procs):
+    """Waits until rank 2 parks after step 1, kills it, then releases the root; (out0, out1)."""
+    line = ""
+    deadline = time.monotonic() + 120
+    while "waiting to be killed" not in line and time.monotonic() < deadline:
+        line = procs[2].stdout.readline()
+        assert line or procs[2].poll() is None, "rank 2 exited early"
+    assert "waiting to be killed" in line
+    procs[2].send_signal(signal.SIGKILL)
+    procs[2].wait(timeout=30)
+    procs[0].stdin.write("\n")
+    procs[0].stdin.flush()
+    out0, _ = procs[0].communicate(timeout=120)
+    out1, _ = procs[1].communicate(timeout=120)
+    return out0, out1
+
+
+def test_elastic_communicator_drops_a_killed_worker_and_the_others_succeed():
+    procs = spawn(3, 4, {"ELASTIC": "1"})
+    try:
+        out0, out1 = kill_parked_rank_2(procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[0].returncode == 0 and procs[1].returncode == 0, (out0, out1)
+    assert "rank 0 step 3 ok" in out0 and "rank 1 step 3 ok" in out1, (out0, out1)
+    assert "rank 0 members [0, 1]" in out0, out0
+
+
+def test_elastic_arguments_are_checked():
+    uid = sparrow.get_unique_id()
+    with pytest.raises(sparrow.InvalidArgument):
+        sparrow.Communicator(2, uid, 0, elastic=True, lease_ms=5)
+    with pytest.raises(sparrow.InvalidArgument):
+        sparrow.Communicator(2, uid, 0, elastic="yes")
+    with pytest.raises(sparrow.InvalidArgument):
+        sparrow.Communicator(2, uid, 0, region="")
+    with pytest.raises(sparrow.InvalidArgument):  # the C library's check: a lease needs elastic
+        sparrow.Communicator(2, uid, 0, lease_ms=1000)
+
+
+def test_members_of_a_fixed_communicator_are_every_rank():
+    assert run_ranks(3, lambda c, r: c.members()) == [[0, 1, 2]] * 3
 
 
 def test_stage_ready_commit_keeps_the_old_version_readable(ranks):

@@ -232,10 +232,46 @@ SPARROW_EXPORT sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId) {
   return sparrowSuccess;
 }
 
+namespace {
+// sparrowConfig_t as made by SPARROW_CONFIG_INITIALIZER and then set by the caller, checked field by field.
+sparrow::Result<sparrow::CommOptions> config_options(const sparrowConfig_t* cfg) {
+  sparrow::CommOptions o;
+  if (!cfg) return o;
+  const std::string fn = "sparrowCommInitRankConfig: ";
+  if (cfg->size != sizeof(sparrowConfig_t) || cfg->magic != 0x53505243u || cfg->version != 1)
+    return sparrow::InvalidArgument(fn + "config was not initialised with SPARROW_CONFIG_INITIALIZER (size " +
+                                    std::to_string(cfg->size) + ", version " + std::to_string(cfg->version) + ")");
+  if (cfg->elastic != 0 && cfg->elastic != 1)
+    return sparrow::InvalidArgument(fn + "elastic must be 0 or 1, got " + std::to_string(cfg->elastic));
+  if (cfg->leaseMs != 0 && (cfg->leaseMs < 100 || cfg->leaseMs > 86400000))
+    return sparrow::InvalidArgument(fn + "leaseMs must be 0 (SPARROW_LEASE_MS) or 100..86400000, got " +
+                                    std::to_string(cfg->leaseMs));
+  if (cfg->leaseMs != 0 && !cfg->elastic)
+    return sparrow::InvalidArgument(fn + "leaseMs is set but elastic is 0 (a fixed communicator has no lease)");
+  if (cfg->region) {
+    const std::string r(cfg->region, strnlen(cfg->region, 65));
+    bool printable = !r.empty() && r.size() <= 64;
+    for (char ch : r) printable = printable && ch > ' ' && ch < 127;
+    if (!printable) return sparrow::InvalidArgument(fn + "region must be 1..64 printable characters without spaces");
+    o.region = r;
+  }
+  o.elastic = cfg->elastic == 1;
+  o.lease_ms = cfg->leaseMs;
+  return o;
+}
+}  // namespace
+
 SPARROW_EXPORT sparrowResult_t sparrowCommInitRank(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank) {
+  return sparrowCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparrowUniqueId commId,
+                                                         int rank, sparrowConfig_t* config) {
   if (!comm) return invalid("sparrowCommInitRank: comm is NULL");
   *comm = nullptr;
-  auto c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank);
+  auto opt = config_options(config);
+  if (!opt.ok()) return fail(opt.status());
+  auto c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank, opt.value());
   if (!c.ok()) return fail(c.status());
   *comm = new sparrowComm{std::move(c.value())};
   (*comm)->coll = std::make_unique<sparrow::coll::Engine>(*(*comm)->impl);
@@ -275,6 +311,18 @@ SPARROW_EXPORT sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommUserRank", comm));
   *rank = comm->impl->rank();
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommGetMembers(sparrowComm_t comm, int* ranks, int maxRanks, int* nlive) {
+  if (!comm || !nlive) return invalid("sparrowCommGetMembers: comm or nlive is NULL");
+  if (maxRanks < 0 || (maxRanks > 0 && !ranks))
+    return invalid("sparrowCommGetMembers: maxRanks must be >= 0, and ranks non-NULL when it is > 0");
+  Pin pin(comm);
+  if (!pin) return fail(dead_handle("sparrowCommGetMembers", comm));
+  const std::vector<int> live = comm->coll->members.live();
+  *nlive = int(live.size());
+  for (size_t i = 0; i < live.size() && int(i) < maxRanks; ++i) ranks[i] = live[i];
   return sparrowSuccess;
 }
 
@@ -426,7 +474,10 @@ std::string stats_json(sparrow::coll::Engine& e) {
                   ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"parent\":" +
                   (st.parent < 0 ? std::string("null") : std::to_string(st.parent)) + ",\"children\":[";
   for (size_t i = 0; i < st.children.size(); ++i) j += (i ? "," : "") + std::to_string(st.children[i]);
-  j += "],\"peers\":[";
+  j += std::string("],\"elastic\":") + (e.comm.elastic() ? "true" : "false") + ",\"members\":[";
+  const std::vector<int> live = e.members.live();
+  for (size_t i = 0; i < live.size(); ++i) j += (i ? "," : "") + std::to_string(live[i]);
+  j += "],\"dropped\":" + n(e.members.drops()) + ",\"peers\":[";
   bool first = true;
   for (const auto& p : peer_stats(e)) {
     j += std::string(first ? "" : ",") + "{\"rank\":" + std::to_string(p.rank) + ",\"sent\":" + n(p.bytesSent) +

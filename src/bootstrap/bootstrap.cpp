@@ -75,15 +75,19 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     auto& b = bufs_[c];
     if (h.offset + h.len != b.size()) return;  // registrations are single-fragment
     format::ByteReader r(b, "registration");
-    uint32_t rank, nranks, nstreams;
+    uint32_t rank, nranks, nstreams, elastic = 0, lease = 0;
     RankInfo info;
     Status s = r.u32(&rank);
     if (s.ok()) s = r.u32(&nranks);
     if (s.ok()) s = r.u32(&nstreams);
+    if (s.ok()) s = r.u32(&elastic);
+    if (s.ok()) s = r.u32(&lease);
     if (s.ok()) s = get_str(r, &info.address);
     if (s.ok()) s = get_str(r, &info.host);
     if (s.ok()) s = get_str(r, &info.region);
     info.nstreams = int(nstreams);
+    info.elastic = int(elastic);
+    info.lease_ms = int(lease);
     if (!s.ok()) return fail_locked(s.message());
     if (nranks == 0 || nranks > (1u << 20)) return fail_locked("invalid rank count " + std::to_string(nranks));
     if (nranks_ == 0) nranks_ = nranks;
@@ -100,6 +104,9 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     if (registered_ > 0 && info.nstreams != table_[first_rank_].nstreams)
       return fail_locked("SPARROW_NSTREAMS differs between ranks (" + std::to_string(info.nstreams) + " vs " +
                          std::to_string(table_[first_rank_].nstreams) + ")");
+    if (registered_ > 0 && (info.elastic != table_[first_rank_].elastic || info.lease_ms != table_[first_rank_].lease_ms))
+      return fail_locked(kind_desc(rank, info) + ", but " + kind_desc(first_rank_, table_[first_rank_]) +
+                         ": every rank must create it with the same elastic and leaseMs");
     table_[rank] = info;
     who_[rank] = c;
     ++registered_;
@@ -121,6 +128,10 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   void conn_failed(transport::Conn*, const Status&) override {}
 
  private:
+  static std::string kind_desc(uint32_t rank, const RankInfo& ri) {
+    return "rank " + std::to_string(rank) + " created the communicator " +
+           (ri.elastic ? "elastic (lease " + std::to_string(ri.lease_ms) + " ms)" : std::string("not elastic"));
+  }
   std::shared_ptr<std::vector<uint8_t>> error_table(const std::string& msg) {
     std::vector<uint8_t> t;
     format::put_u32(t, 1);
@@ -239,6 +250,8 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   format::put_u32(reg, uint32_t(rank));
   format::put_u32(reg, uint32_t(nranks));
   format::put_u32(reg, uint32_t(me.nstreams));
+  format::put_u32(reg, uint32_t(me.elastic));
+  format::put_u32(reg, uint32_t(me.lease_ms));
   put_str(reg, me.address);
   put_str(reg, me.host);
   put_str(reg, me.region);

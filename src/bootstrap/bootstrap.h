@@ -32,6 +32,8 @@ Result<IdData> create_id();
 struct RankInfo {
   std::string address, host, region;
   int nstreams = 1;
+  // The communicator's kind as this rank created it: every rank must agree (checked by the store).
+  int elastic = 0, lease_ms = 0;
 };
 
 // Registers `me` as `rank` of `nranks` and returns every rank's info (index = rank). The store is

@@ -37,6 +37,8 @@ class AckWindow {
   size_t outstanding() const { return pending_.size(); }
   // Ranks of operation `seq` still expected (empty when it was fully acknowledged or never posted).
   std::vector<int> missing(uint64_t seq) const;
+  // One acknowledgement: its failure as the root sees it (Ok for a rank that is resynced next time).
+  Status take(const std::vector<uint8_t>& bytes, int rank, uint64_t seq, const BufferKey& key);
 
  private:
   struct Pending {
@@ -44,8 +46,6 @@ class AckWindow {
     BufferKey key;
     std::vector<int> ranks;
   };
-  // One acknowledgement: its failure as the root sees it (Ok for a rank that is resynced next time).
-  Status take(const std::vector<uint8_t>& bytes, int rank, uint64_t seq, const BufferKey& key);
   // Drains one operation's ranks; true when none is left.
   bool drain_one(const OpWire& w, int me, Pending& p, bool block, Status* first);
 

@@ -25,8 +25,14 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
     op.key.push_back(e.rank() == root ? bufs[i].send : bufs[i].recv);
     op.dense += op.layout.back().bytes();
   }
-  // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size.
-  SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
+  // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size. An
+  // elastic receiver builds it when the root's header names the members.
+  if (!e.comm.elastic()) {
+    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
+  } else if (e.rank() == root) {
+    op.members = e.members.live();
+    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
+  }
   return op;
 }
 

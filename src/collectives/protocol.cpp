@@ -10,7 +10,26 @@ constexpr uint32_t kOpMagic = 0x504f5053;  // "SPOP"
 constexpr uint32_t kAbortMagic = 0x42415053;  // "SPAB"
 constexpr uint32_t kMaxListed = 1u << 24;  // buffers or resync ranks in one header
 
+constexpr uint32_t kReattachMagic = 0x41525053;  // "SPRA"
+
 [[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
+
+void put_ranks(std::vector<uint8_t>& o, const std::vector<int32_t>& v) {
+  format::put_u32(o, uint32_t(v.size()));
+  for (int32_t r : v) format::put_u32(o, uint32_t(r));
+}
+
+Status get_ranks(format::ByteReader& r, std::vector<int32_t>* v, const char* what) {
+  uint32_t n;
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (n > kMaxListed) return CorruptData(std::string("operation header: too many ") + what);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t x;
+    SPARROW_RETURN_IF_ERROR(r.u32(&x));
+    v->push_back(int32_t(x));
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -26,16 +45,16 @@ std::vector<uint8_t> OpHeader::encode() const {
     format::put_u64(o, n);
     format::put_u8(o, d);
   }
-  format::put_u32(o, uint32_t(resync.size()));
-  for (int32_t r : resync) format::put_u32(o, uint32_t(r));
+  put_ranks(o, resync);
   format::put_u64(o, segment);
+  if (flags & kOpElastic) put_ranks(o, members);
   return o;
 }
 
 Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
   format::ByteReader r(m, "operation header");
   OpHeader h;
-  uint32_t magic, root, nb, nr;
+  uint32_t magic, root, nb;
   uint16_t reserved;
   SPARROW_RETURN_IF_ERROR(r.u32(&magic));
   if (magic != kOpMagic) return CorruptData("bad operation header");
@@ -53,14 +72,9 @@ Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
     SPARROW_RETURN_IF_ERROR(r.u8(&d));
     h.bufs.push_back({n, d});
   }
-  SPARROW_RETURN_IF_ERROR(r.u32(&nr));
-  if (nr > kMaxListed) return CorruptData("operation header: too many resync ranks");
-  for (uint32_t i = 0; i < nr; ++i) {
-    uint32_t x;
-    SPARROW_RETURN_IF_ERROR(r.u32(&x));
-    h.resync.push_back(int32_t(x));
-  }
+  SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.resync, "resync ranks"));
   SPARROW_RETURN_IF_ERROR(r.u64(&h.segment));
+  if (h.flags & kOpElastic) SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.members, "members"));
   return h;
 }
 
@@ -115,6 +129,7 @@ std::string name_key(const transport::MsgKey& k) {
     case kAckSub: return "acknowledgement of " + op;
     case kResyncSub: return "resync (snapshot or missed deltas) of " + op;
     case kVerdictSub: return "verdict on " + op;
+    case kReattachSub: return "re-attach request of " + op;
     default: return "part " + std::to_string(k.sub) + " of " + op;
   }
 }
@@ -184,6 +199,27 @@ Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadlin
     if (!s.ok() && first.ok()) first = std::move(s);
   }
   return first;
+}
+
+}  // namespace sparrow::coll
+
+namespace sparrow::coll {
+
+std::vector<uint8_t> reattach_request(uint32_t from_sub) {
+  std::vector<uint8_t> o;
+  format::put_u32(o, kReattachMagic);
+  format::put_u32(o, from_sub);
+  return o;
+}
+
+Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m) {
+  format::ByteReader r(m, "re-attach request");
+  uint32_t magic, from;
+  SPARROW_RETURN_IF_ERROR(r.u32(&magic));
+  if (magic != kReattachMagic) return CorruptData("bad re-attach request");
+  SPARROW_RETURN_IF_ERROR(r.u32(&from));
+  if (from == 0) return CorruptData("re-attach request from part 0 (the header comes from the root itself)");
+  return from;
 }
 
 }  // namespace sparrow::coll

@@ -10,6 +10,8 @@
 //                  and the version it holds (sent also when its call failed)
 //   (any sub)      an abort frame in place of the part a rank waits for: its parent lost its own
 //                  parent and passes the failure down (relay.h)
+//   kReattachSub   rank -> root (elastic): its parent died or went silent mid-operation; the root
+//                  sends it the parts from the one named on (same keys), and it forwards them as before
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
 #pragma once
@@ -36,9 +38,13 @@ struct BufferArg {
 using Frame = std::shared_ptr<std::vector<uint8_t>>;
 inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vector<uint8_t>>(std::move(v)); }
 
-constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u;
+constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
+                   kReattachSub = 0xfffffff3u;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
+// OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank
+// itself, listing the members the operation's tree is built over.
+constexpr uint8_t kOpElastic = 2;
 
 struct OpHeader {
   uint8_t kind = 0;
@@ -47,6 +53,7 @@ struct OpHeader {
   std::vector<std::pair<uint64_t, uint8_t>> bufs;  // count, dtype
   std::vector<int32_t> resync;
   uint64_t segment = 0;
+  std::vector<int32_t> members;  // kOpElastic: the live ranks, increasing
   std::vector<uint8_t> encode() const;
   static Result<OpHeader> decode(const std::vector<uint8_t>& m);
 };
@@ -92,6 +99,10 @@ struct OpWire {
   // The same wire for another operation of the same communicator.
   OpWire for_seq(uint64_t s) const { return OpWire{net, comm, s, deadline}; }
 };
+
+// An elastic rank asks the root for the parts of this operation from `from_sub` on.
+std::vector<uint8_t> reattach_request(uint32_t from_sub);
+Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m);
 
 // What the root's verdict tells the other ranks when the agreement found `agreed`: a mismatch of
 // arguments (kInvalidUsage) fails the operation everywhere; a failure of one rank of its own (lost,

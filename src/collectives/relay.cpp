@@ -53,6 +53,12 @@ void Fanout::finish() {
   }
 }
 
+void Fanout::set_children(std::vector<int> children) {
+  std::lock_guard<std::mutex> lk(mu_);
+  kids_ = std::move(children);
+  live_ = kids_;
+}
+
 std::vector<int> Fanout::lost() const {
   std::lock_guard<std::mutex> lk(mu_);
   return lost_;
@@ -67,8 +73,32 @@ Status Relay::pass_down(uint32_t sub, Status why) {
   return why;
 }
 
+void Relay::attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s) {
+  parent_ = parent;
+  out_.set_children(std::move(children));
+  root_ = root;
+  lease_s_ = lease_s;
+  patience_s_ = patience_s;
+}
+
+Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
+  if (root_ < 0) return w_.recv(parent_, sub);
+  auto within = [&] {
+    return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience_s_));
+  };
+  auto m = w_.recv(parent_, sub, within());
+  if (m.ok() || parent_ == root_ || reattached_) return m;
+  SPARROW_INFO("rank %d: parent rank %d failed in operation %llu while part %u was awaited (%s); re-attaching to "
+               "the root, rank %d", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub,
+               m.status().message().c_str(), root_);
+  SPARROW_RETURN_IF_ERROR(w_.send({root_}, kReattachSub, share(reattach_request(sub))));
+  parent_ = root_;
+  reattached_ = true;
+  return w_.recv(parent_, sub, within());
+}
+
 Result<Frame> Relay::next(uint32_t sub) {
-  auto m = w_.recv(parent_, sub);
+  auto m = receive(sub);
   if (!m.ok()) return pass_down(sub, m.status());
   Frame f = share(std::move(m.value()));
   out_.send(sub, f);

@@ -39,6 +39,8 @@ class Fanout {
   void finish();
   const std::vector<int>& children() const { return kids_; }
   std::vector<int> lost() const;
+  // Before anything was sent: the children (an elastic receiver learns them from the header).
+  void set_children(std::vector<int> children);
 
  private:
   void drop(int kid, const Status& why);
@@ -55,6 +57,11 @@ class Fanout {
 class Relay {
  public:
   Relay(const OpWire& w, int parent, std::vector<int> children) : w_(w), parent_(parent), out_(w, std::move(children)) {}
+  // Elastic (before the first part): this rank's place in the tree the header named. A parent other
+  // than the root that fails, or is silent for `patience_s` while a part is awaited, is replaced by the
+  // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The root
+  // itself is awaited at most `lease_s` per part.
+  void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s);
   // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
   // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);
@@ -74,8 +81,13 @@ class Relay {
  private:
   // The parent failed while this rank waited for part `sub`: the children get the reason instead.
   Status pass_down(uint32_t sub, Status why);
+  // Part `sub` from the parent (elastic: from the root instead, when the parent failed).
+  Result<std::vector<uint8_t>> receive(uint32_t sub);
   OpWire w_;
   int parent_;
+  int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
+  double lease_s_ = 0, patience_s_ = 0;
+  bool reattached_ = false;
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint32_t> parts_{0};

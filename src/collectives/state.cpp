@@ -24,10 +24,12 @@ std::vector<int> other_ranks(const Engine& e) {
 }
 
 Engine::Engine(Comm& c)
-    : comm(c), acks([this](const BufferKey& key, int rank, uint64_t holds) {
+    : comm(c),
+      acks([this](const BufferKey& key, int rank, uint64_t holds) {
         auto it = roots.find(key);
         if (it != roots.end()) it->second.need_resync[rank] = holds;
-      }) {}
+      }),
+      members(c.nranks()) {}
 
 Engine::~Engine() {
   // A step still being staged in the background uses the network: stop it before the network goes.
@@ -37,7 +39,42 @@ Engine::~Engine() {
   }
 }
 
-Result<topology::Tree> Engine::tree(int root, double bytes) {
+namespace {
+// The tree over `members` (increasing, the root among them) built on their places and probes, with
+// ranks renumbered 0..m-1 and mapped back.
+Result<topology::Tree> member_tree(const topology::TreeInput& all, const std::vector<int>& members) {
+  topology::TreeInput in;
+  in.nranks = int(members.size());
+  in.message_bytes = all.message_bytes;
+  std::vector<int> index(size_t(all.nranks), -1);
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    index[size_t(r)] = int(i);
+    if (r == all.root) in.root = int(i);
+    in.places.push_back(all.places[size_t(r)]);
+    in.rtt_s.push_back(all.rtt_s[size_t(r)]);
+    in.bw_Bps.push_back(all.bw_Bps[size_t(r)]);
+  }
+  if (index[size_t(all.root)] < 0) return Error(Code::kInternalError, "the root is not among the members");
+  SPARROW_ASSIGN_OR_RETURN(topology::Tree sub, topology::build_tree("", in));
+  topology::Tree t;
+  t.algo = sub.algo;
+  t.root = all.root;
+  t.est_seconds = sub.est_seconds;
+  t.parent.assign(size_t(all.nranks), -1);
+  t.children.assign(size_t(all.nranks), {});
+  t.region.assign(size_t(all.nranks), "");
+  for (size_t i = 0; i < members.size(); ++i) {
+    const size_t r = size_t(members[i]);
+    t.parent[r] = sub.parent[i] < 0 ? -1 : members[size_t(sub.parent[i])];
+    for (int k : sub.children[i]) t.children[r].push_back(members[size_t(k)]);
+    t.region[r] = sub.region[i];
+  }
+  return t;
+}
+}  // namespace
+
+Result<topology::Tree> Engine::tree(int root, double bytes, const std::vector<int>* live) {
   topology::TreeInput in;
   in.nranks = comm.nranks();
   in.root = root;
@@ -46,7 +83,7 @@ Result<topology::Tree> Engine::tree(int root, double bytes) {
   in.rtt_s = comm.probe().rtt_s;
   in.bw_Bps = comm.probe().bw_Bps;
   in.message_bytes = bytes;
-  auto t = topology::build_tree("", in);
+  auto t = live && int(live->size()) < in.nranks ? member_tree(in, *live) : topology::build_tree("", in);
   if (t.ok() && rank() == root && log::level() >= log::Level::kInfo) {
     // Once per distinct tree (it is the same every step unless the root or the size class changes).
     std::string f = t->format();

@@ -13,6 +13,7 @@
 
 #include "collectives/ack_window.h"
 #include "collectives/decoder.h"
+#include "collectives/members.h"
 #include "collectives/protocol.h"
 #include "collectives/retain.h"
 #include "comm/comm.h"
@@ -67,6 +68,7 @@ class Engine {
   std::map<BufferKey, RootState> roots;
   std::map<BufferKey, RecvState> recvs;
   AckWindow acks;
+  Members members;  // elastic communicators: who is still in (all ranks otherwise)
   DecodeWorker decoder;
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   // (Declared after the decoder: destroyed first, since its receive uses it.)
@@ -77,8 +79,9 @@ class Engine {
   int rank() const { return comm.rank(); }
   // The wire of operation `seq`, its waits bounded by one SPARROW_TIMEOUT_S from now.
   OpWire wire(uint64_t seq) { return OpWire{comm.net(), comm.comm_id(), seq, comm.deadline()}; }
-  // The operation's tree (INFO logs each distinct tree once on the root).
-  Result<topology::Tree> tree(int root, double bytes);
+  // The operation's tree (INFO logs each distinct tree once on the root); with `members`, over those
+  // ranks only (the others get no parent and no children).
+  Result<topology::Tree> tree(int root, double bytes, const std::vector<int>* members = nullptr);
 
  private:
   std::string last_tree_logged_;

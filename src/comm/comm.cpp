@@ -8,7 +8,13 @@
 namespace sparrow {
 namespace {
 params::StringParam kRegion("REGION", "", "This rank's region label for the topology-aware tree (empty: infer from RTTs).");
-}
+params::IntParam kLease("LEASE_MS", 10000,
+                        "Elastic communicators: a member silent this long during an operation is dropped (ms; "
+                        "sparrowConfig_t.leaseMs overrides).",
+                        100, 86400000);
+}  // namespace
+
+int default_lease_ms() { return int(kLease.get()); }
 
 // A host is a machine and the address its ranks listen on: ranks of one machine normally share both;
 // emulated hosts (wanemu: one address each) and multi-homed setups with one address per rank group
@@ -22,7 +28,8 @@ std::string host_identity(const std::string& address) {
 
 std::string region_label() { return kRegion.get(); }
 
-Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank) {
+Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
+                                              const CommOptions& opt) {
   SPARROW_RETURN_IF_ERROR(params::validate_all());
   if (nranks < 1) return InvalidArgument("nranks must be >= 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
@@ -32,9 +39,13 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   c->rank_ = rank;
   c->nranks_ = nranks;
   c->id_ = idd;
+  c->elastic_ = opt.elastic;
+  c->lease_ms_ = opt.elastic ? (opt.lease_ms > 0 ? opt.lease_ms : default_lease_ms()) : 0;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
   SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
-  bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()), region_label(), c->net_->nstreams()};
+  bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()),
+                         opt.region.empty() ? region_label() : opt.region, c->net_->nstreams(), c->elastic_,
+                         c->lease_ms_};
   auto d = c->deadline();
   auto table = bootstrap::exchange(idd, rank, nranks, me, d);
   if (!table.ok()) return std::move(table).take_status().context("rank " + std::to_string(rank) + " joining the communicator");
@@ -53,7 +64,8 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
     c->probe_.rtt_s.assign(nranks, -1);
     c->probe_.bw_Bps.assign(nranks, -1);
   }
-  SPARROW_INFO("rank %d of %d up on %s (%s)", rank, nranks, c->net_->address().c_str(), c->net_->backend_name());
+  SPARROW_INFO("rank %d of %d up on %s (%s%s)", rank, nranks, c->net_->address().c_str(), c->net_->backend_name(),
+               c->elastic_ ? (", elastic, lease " + std::to_string(c->lease_ms_) + " ms").c_str() : "");
   return c;
 }
 

@@ -16,10 +16,18 @@
 
 namespace sparrow {
 
+// What sparrowConfig_t sets (sparrowCommInitRankConfig); the defaults are sparrowCommInitRank's.
+struct CommOptions {
+  bool elastic = false;
+  int lease_ms = 0;     // 0: SPARROW_LEASE_MS (elastic communicators only)
+  std::string region;   // empty: SPARROW_REGION, else inferred
+};
+
 class Comm {
  public:
-  // Collective: every rank calls it with the same id and nranks.
-  static Result<std::unique_ptr<Comm>> init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank);
+  // Collective: every rank calls it with the same id and nranks (and the same elastic and lease).
+  static Result<std::unique_ptr<Comm>> init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
+                                                 const CommOptions& opt = {});
   ~Comm();
 
   int rank() const { return rank_; }
@@ -31,6 +39,10 @@ class Comm {
   // The next collective's op sequence number (consistent across ranks as calls are collective).
   uint64_t next_seq() { return ++seq_; }
   transport::Deadline deadline() const { return transport::deadline_in(transport::timeout_seconds()); }
+  // Elastic: members may be dropped (a dead or silent rank) and the others' collectives go on.
+  bool elastic() const { return elastic_; }
+  // How long an elastic communicator's member may stay silent during an operation (seconds).
+  double lease_s() const { return lease_ms_ / 1000.0; }
 
   void abort();
   Status async_error() const;
@@ -41,6 +53,8 @@ class Comm {
  private:
   Comm() = default;
   int rank_ = 0, nranks_ = 0;
+  bool elastic_ = false;
+  int lease_ms_ = 0;
   bootstrap::IdData id_;
   std::unique_ptr<transport::Net> net_;
   std::vector<bootstrap::RankInfo> ranks_;
@@ -51,6 +65,8 @@ class Comm {
   std::string last_error_;
 };
 
+// SPARROW_LEASE_MS: an elastic communicator's lease when sparrowConfig_t leaves it 0.
+int default_lease_ms();
 // This host's name and the region label (SPARROW_REGION, else empty: inferred later from RTTs).
 std::string host_identity(const std::string& address);
 std::string region_label();

@@ -13,6 +13,25 @@ constexpr uint64_t kMaxMessage = 1ull << 40;
 
 size_t stripe_bytes() { return size_t(kStripe.get()); }
 
+// ---- Notifier ----------------------------------------------------------------------------------------
+
+uint64_t Notifier::generation() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return gen_;
+}
+
+void Notifier::bump() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++gen_;
+  cv_.notify_all();
+}
+
+uint64_t Notifier::wait(uint64_t seen, Deadline d) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_until(lk, d, [&] { return gen_ != seen; });
+  return gen_;
+}
+
 // ---- Mailbox ----------------------------------------------------------------------------------------
 
 Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
@@ -33,10 +52,14 @@ Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
   return e.dest() + h.offset;
 }
 
-void Mailbox::frame_end(Conn*, const FrameHeader& h) {
+void Mailbox::frame_end(Conn* c, const FrameHeader& h) {
+  if (frame_end_locked(c, h) && notify_) notify_->bump();  // outside mu_: the notifier's waiter takes it next
+}
+
+bool Mailbox::frame_end_locked(Conn*, const FrameHeader& h) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = entries_.find(h.key);
-  if (it == entries_.end()) return;
+  if (it == entries_.end()) return false;
   Entry& e = it->second;
   e.got += h.len;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -50,7 +73,9 @@ void Mailbox::frame_end(Conn*, const FrameHeader& h) {
     double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
     if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);
     cv_.notify_all();
+    return true;
   }
+  return false;
 }
 
 void Mailbox::conn_failed(Conn* c, const Status& why) {
@@ -63,9 +88,12 @@ void Mailbox::conn_failed(Conn* c, const Status& why) {
 }
 
 void Mailbox::fail(const Status& why) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (failed_.ok()) failed_ = why.ok() ? Status(Code::kInternalError, "mailbox failed") : why;
-  cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_.ok()) failed_ = why.ok() ? Status(Code::kInternalError, "mailbox failed") : why;
+    cv_.notify_all();
+  }
+  if (notify_) notify_->bump();
 }
 
 Status Mailbox::failure() const {
@@ -84,12 +112,12 @@ Mailbox::Traffic Mailbox::traffic(uint64_t seq_lo, uint64_t seq_hi) const {
   return t;
 }
 
-size_t Mailbox::discard_before(uint64_t comm, uint64_t seq) {
+size_t Mailbox::discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub) {
   std::lock_guard<std::mutex> lk(mu_);
   size_t n = 0;
   for (auto it = entries_.lower_bound(MsgKey{comm, 0, 0}); it != entries_.end() && it->first.comm == comm && it->first.seq < seq;) {
     const Entry& e = it->second;
-    if (e.got == e.total && e.claimed == e.got && !e.ext) {  // whole, and no frame is being written
+    if (e.got == e.total && e.claimed == e.got && !e.ext && it->first.sub != keep_sub) {  // whole, not being written
       it = entries_.erase(it);
       ++n;
     } else {

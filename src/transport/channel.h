@@ -16,13 +16,31 @@
 
 namespace sparrow::transport {
 
+// Wakes a thread that waits for any of several mailboxes (the elastic root waiting for whichever
+// rank answers first): bumped whenever one of them completes a message or fails.
+class Notifier {
+ public:
+  uint64_t generation() const;
+  void bump();
+  // Waits until the generation differs from `seen` or `d` passes; returns the current generation.
+  // (Take `seen` before looking at the mailboxes, so that nothing arriving meanwhile is missed.)
+  uint64_t wait(uint64_t seen, Deadline d);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t gen_ = 0;
+};
+
 // Receives the frames of one peer (from all its streams) and reassembles messages by key.
 class Mailbox : public FrameSink {
  public:
   // `streams`: the connections this peer's messages arrive on. One of them closing cleanly does not
   // fail the mailbox while others are open: frames already on those may still be in flight (a peer
   // that sends its last message and closes). All of them closed, or any other failure, does.
-  explicit Mailbox(std::string peer_desc, int streams = 1) : peer_desc_(std::move(peer_desc)), streams_(streams) {}
+  // `notify` (optional, outlives the mailbox) is bumped at every complete message and at failure.
+  explicit Mailbox(std::string peer_desc, int streams = 1, Notifier* notify = nullptr)
+      : peer_desc_(std::move(peer_desc)), streams_(streams), notify_(notify) {}
   // Waits for the complete message `k` and takes it.
   Result<std::vector<uint8_t>> recv(const MsgKey& k, Deadline d);
   // Like recv, but the payload lands in `dst` (exactly `len` bytes expected): no copy when the
@@ -32,8 +50,9 @@ class Mailbox : public FrameSink {
   void fail(const Status& why);
   Status failure() const;
   // Drops the messages of communicator `comm` older than operation `seq` that arrived whole and that
-  // nobody took (an operation this rank gave up on, a resync it no longer waits for).
-  size_t discard_before(uint64_t comm, uint64_t seq);
+  // nobody took (an operation this rank gave up on, a resync it no longer waits for), except those
+  // with sub `keep_sub` (what this rank takes later: a root's acknowledgements).
+  size_t discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub);
   // This peer's frames of operations seq_lo..seq_hi (of any communicator on this Net): bytes, and
   // when (steady clock, ns) the first and the last of them ended (-1: none). The last 256 operations
   // are kept. Readable from any thread.
@@ -61,12 +80,14 @@ class Mailbox : public FrameSink {
     uint8_t* dest() { return ext ? ext : own.data(); }
   };
   Status wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d);
+  bool frame_end_locked(Conn* c, const FrameHeader& h);  // true when a message completed
   std::string peer_desc_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<MsgKey, Entry> entries_;
   Status failed_;
   int streams_ = 1;
+  Notifier* notify_ = nullptr;
   std::set<Conn*> closed_;  // connections the peer closed
   double bw_ = 0;  // EWMA, bytes/s
   std::map<uint64_t, Traffic> traffic_;  // by operation sequence number

@@ -22,7 +22,7 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->addrs_.resize(nranks);
   n->accepted_.resize(nranks);
   n->chans_.resize(nranks);
-  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams));
+  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams, &n->arrivals_));
   n->sent_.resize(size_t(nranks));
   BackendOptions bo;
   bo.identity = id;

@@ -43,6 +43,9 @@ class Net {
     std::lock_guard<std::mutex> lk(mu_);
     return peer >= 0 && peer < nranks_ && chans_[peer] != nullptr;
   }
+  // Bumped whenever any peer's mailbox completes a message or fails (waiting for whichever peer
+  // answers first: Notifier::wait).
+  Notifier& arrivals() { return arrivals_; }
   // Fails every wait and connection, now and later; idempotent.
   void abort(const Status& why);
   Status aborted() const;
@@ -59,10 +62,10 @@ class Net {
   uint64_t bytes_sent() const;      // this operation, to every peer
   uint64_t bytes_received() const;  // this operation, from every peer
   // Mailbox::discard_before on every peer's mailbox; the number of messages dropped.
-  size_t discard_before(uint64_t comm, uint64_t seq) {
+  size_t discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub) {
     size_t n = 0;
     for (auto& m : mail_)
-      if (m) n += m->discard_before(comm, seq);
+      if (m) n += m->discard_before(comm, seq, keep_sub);
     return n;
   }
 
@@ -75,6 +78,7 @@ class Net {
   int rank_ = 0, nranks_ = 0, nstreams_ = 1;
   std::string address_;
   std::vector<std::string> addrs_;
+  Notifier arrivals_;                            // outlives the mailboxes (declared before them)
   std::vector<std::unique_ptr<Mailbox>> mail_;  // destroyed after the backend (declared first)
   std::unique_ptr<Backend> be_;
   mutable std::mutex mu_;

@@ -190,6 +190,31 @@ TEST_P(BcastTest, SparseEveryDatatypeSpecialValuesAndCountZero) {
   for (auto x : rc) EXPECT_EQ(x, sparrowSuccess);
 }
 
+// A rank that rooted sparse steps, then receives one from another root, still holds the
+// acknowledgements of its own steps (a receiver's clean-up of abandoned operations once dropped
+// them): its sparrowCommDestroy drains them at once instead of waiting out SPARROW_TIMEOUT_S.
+TEST_P(BcastTest, RootsAcknowledgementsSurviveItsCallAsAReceiver) {
+  Comms cs(3);
+  std::vector<uint16_t> a(4096, 1), b(4096, 2);
+  std::vector<std::vector<uint16_t>> got(3, std::vector<uint16_t>(4096, 0)), got_b = got;
+  for (int step = 0; step < 2; ++step) {
+    a[size_t(step)] = uint16_t(100 + step);
+    auto rc = cs.run([&](int r) {
+      return sparrowSparseBcast(a.data(), got[size_t(r)].data(), a.size(), sparrowBfloat16, 1, cs.c[size_t(r)], nullptr);
+    });
+    for (auto x : rc) ASSERT_EQ(x, sparrowSuccess);
+  }
+  auto rc = cs.run([&](int r) {
+    return sparrowSparseBcast(b.data(), got_b[size_t(r)].data(), b.size(), sparrowBfloat16, 0, cs.c[size_t(r)], nullptr);
+  });
+  for (auto x : rc) ASSERT_EQ(x, sparrowSuccess);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(sparrowCommDestroy(cs.c[1]), sparrowSuccess);
+  cs.c[1] = nullptr;
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 5.0) << "rank 1's destroy waited for acknowledgements it had thrown away";
+}
+
 TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCall) {
   Comms cs(3);
   const size_t count = 50000;

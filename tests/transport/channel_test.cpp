@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -66,6 +68,38 @@ TEST(MailboxTest, OneStreamClosingCleanlyDoesNotLoseWhatAnotherStillDelivers) {
   mb.conn_failed(&b, Status(Code::kPeerLost, "stream 1 closed by the peer"));
   auto more = mb.recv(MsgKey{1, 8, 0}, std::chrono::steady_clock::now() + std::chrono::seconds(60));
   EXPECT_EQ(more.status().code(), Code::kPeerLost);
+}
+
+// Delivers a whole single-frame message `key` into `mb`.
+void deliver(Mailbox& mb, Conn* c, MsgKey key) {
+  FrameHeader h;
+  h.key = key;
+  h.total = h.len = 1;
+  auto dst = mb.frame_begin(c, h);
+  ASSERT_TRUE(dst.ok());
+  *dst.value() = 'x';
+  mb.frame_end(c, h);
+}
+
+TEST(MailboxTest, DiscardKeepsTheSubItIsToldToAndWakesTheNotifier) {
+  Notifier n;
+  Mailbox mb("rank 1", 1, &n);
+  InstantConn a(0);
+  const uint64_t g0 = n.generation();
+  deliver(mb, &a, MsgKey{1, 3, 5});           // a part of an abandoned operation
+  deliver(mb, &a, MsgKey{1, 3, 0xfffffff0u});  // an acknowledgement the root drains later
+  deliver(mb, &a, MsgKey{1, 4, 5});           // the current operation
+  EXPECT_EQ(n.generation(), g0 + 3) << "every complete message bumps the notifier";
+  EXPECT_EQ(mb.discard_before(1, 4, 0xfffffff0u), 1u);
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_EQ(mb.recv(MsgKey{1, 3, 5}, now).status().code(), Code::kTimeout);
+  EXPECT_TRUE(mb.recv(MsgKey{1, 3, 0xfffffff0u}, now).ok());
+  EXPECT_TRUE(mb.recv(MsgKey{1, 4, 5}, now).ok());
+  // A waiter on the notifier wakes at a failure, not at its deadline.
+  std::thread t([&] { mb.fail(Status(Code::kPeerLost, "gone")); });
+  const uint64_t g = n.wait(g0 + 3, std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  t.join();
+  EXPECT_GT(g, g0 + 3);
 }
 
 TEST(MailboxTest, AnyOtherFailureFailsAtOnce) {

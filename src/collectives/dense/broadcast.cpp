@@ -152,6 +152,9 @@ void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vect
 
 Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  if (e.comm.elastic() && !e.members.all_live())
+    return Error(Code::kInvalidUsage, "sparrowBroadcast on an elastic communicator that dropped a member is not "
+                                      "supported (sparrowSparseBcast is; its first call sends the buffer whole)");
   InCall busy(e);
   const double t0 = now_s();
   SPARROW_ASSIGN_OR_RETURN(auto ops, plan(e, bufs, root));

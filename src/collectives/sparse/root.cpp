@@ -4,9 +4,11 @@
 // buffer set, everyone's acknowledgement and the verdict. It does not wait for a delta's
 // acknowledgements: they are drained at the next call.
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <mutex>
 
+#include "collectives/elastic.h"
 #include "collectives/op.h"
 #include "collectives/relay.h"
 #include "collectives/sparse/sparse_op.h"
@@ -35,9 +37,10 @@ RootState& root_state(Engine& e, const SparseOp& op) {
 }
 
 // Encodes the step and streams it to the children: the checkpoint header first, then every chunk as
-// soon as a worker thread finished it, then the footer. `kept` (when given) receives every frame.
+// soon as a worker thread finished it, then the footer. `kept` (when given) receives every frame,
+// `parts` (when given) every frame by its sub.
 Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const void*>& src, Fanout& out,
-                         kernels::cpu::EncodeStats* es, Frames* kept) {
+                         kernels::cpu::EncodeStats* es, Frames* kept, Parts* parts) {
   std::atomic<uint32_t> next_sub{2};
   std::mutex mu;
   auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
@@ -46,6 +49,7 @@ Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const
                   out.children().size());
     out.send(sub, m);
     std::lock_guard<std::mutex> lk(mu);
+    if (parts) (*parts)[sub] = m;
     if (kept) kept->push_back(std::move(m));  // the header first, the footer last: emitted in that order
   };
   kernels::cpu::EncodeOptions eo;
@@ -101,14 +105,25 @@ Status send_resyncs(Engine& e, const OpWire& w, RootState& rs, const std::vector
   return Status::Ok();
 }
 
-OpHeader sparse_header(const std::vector<BufferArg>& bufs, int root, bool full, const std::map<int, uint64_t>& resync) {
+// `members`: an elastic operation's (null otherwise).
+OpHeader sparse_header(const std::vector<BufferArg>& bufs, int root, bool full, const std::map<int, uint64_t>& resync,
+                       const std::vector<int>* members) {
   OpHeader h;
   h.kind = kSparse;
-  h.flags = full ? kOpFull : 0;
+  h.flags = uint8_t((full ? kOpFull : 0) | (members ? kOpElastic : 0));
   h.root = root;
   for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
   for (auto [r, holds] : resync) h.resync.push_back(r);
+  if (members) h.members.assign(members->begin(), members->end());
   return h;
+}
+
+// The ranks of `members` but `me`.
+std::vector<int> others_among(const std::vector<int>& members, int me) {
+  std::vector<int> v;
+  for (int r : members)
+    if (r != me) v.push_back(r);
+  return v;
 }
 
 // After the stream: the step joins the retained chain; an anchor when one is due.
@@ -141,6 +156,29 @@ void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::En
   log_step(e, "sparse_bcast");
 }
 
+// The end of an elastic operation: every member's acknowledgement (or its drop), re-attaches served
+// meanwhile; on the first operation on a buffer set, the verdict to those who acknowledged.
+Status finish_elastic(Engine& e, const OpWire& w, const SparseOp& op, RootState& rs, bool full, const Parts& parts,
+                      OpState& state) {
+  std::vector<int> acked;
+  const std::vector<int> expected = others_among(op.members, e.rank());
+  Status agree = collect_acks(e, w, op.key, expected, parts, &acked);
+  if (!full) return agree;
+  const Status verdict = verdict_for_others(agree);
+  if (!verdict.ok()) rs.enc->reset();  // arguments differ: the next call is a full snapshot again
+  state.advance(Phase::kVerdict);
+  // Ranks dropped meanwhile that still run (a stalled one, resumed) wait for the verdict too: theirs
+  // says they are out.
+  std::vector<int> gone;
+  std::set_difference(expected.begin(), expected.end(), acked.begin(), acked.end(), std::back_inserter(gone));
+  if (!gone.empty())
+    (void)send_verdict(w, gone, Status(Code::kPeerLost, "dropped from the elastic communicator by the root during "
+                                                        "this operation (it died, stalled past the lease, or lost "
+                                                        "its connection)"));
+  SPARROW_RETURN_IF_ERROR(send_verdict(w, acked, verdict));
+  return agree;
+}
+
 }  // namespace
 
 Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, const SparseOp& op) {
@@ -148,30 +186,35 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   OpState state(op.seq, "root");
   const OpWire w = e.wire(op.seq);
   const auto& kids = op.tree.children[e.rank()];
-  Status result = e.acks.drain(w, e.rank(), AckWindow::kDefaultWindow);
+  const bool elastic = e.comm.elastic();
+  Status result = elastic ? Status::Ok() : e.acks.drain(w, e.rank(), AckWindow::kDefaultWindow);
   RootState& rs = root_state(e, op);
   const bool full = !rs.enc->has_state();
   const uint64_t base = rs.enc->version();
   if (full) rs.retained.clear();
   std::map<int, uint64_t> resync = full ? std::map<int, uint64_t>{} : rs.need_resync;
+  std::erase_if(resync, [&](const auto& kv) { return !e.members.is_live(kv.first); });
   // A child lost on the way is dropped from this operation (its acknowledgement reports it).
   Fanout out(w, kids, false);
-  out.send(0, share(sparse_header(bufs, root, full, resync).encode()));
+  Frame header = share(sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr).encode());
+  if (elastic) send_header_to_all(e, w, header);
+  else out.send(0, header);
   state.advance(Phase::kStream);
   std::vector<const void*> src;
   for (auto& b : bufs) src.push_back(b.send);
   kernels::cpu::EncodeStats es;
   const double te = now_s();
   Frames frames;
+  Parts parts;  // an elastic operation's, for re-attaching ranks
   const bool keep = rs.retained.enabled() && !full;
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, &es, keep ? &frames : nullptr));
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);
   // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
   // were sent when those calls returned, so this rarely waits): a rank that refused one of them
   // expects its resync in this operation, the very next one.
-  if (!full) {
+  if (!full && !elastic) {
     Status late = e.acks.drain(w, e.rank(), 0);
     if (result.ok()) result = late;
     for (auto [r, holds] : rs.need_resync) resync[r] = holds;
@@ -182,10 +225,14 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   for (auto& b : bufs)
     if (b.recv && b.recv != b.send && b.count)
       SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
-  const std::vector<int> others = other_ranks(e);
-  e.acks.post(op.seq, op.key, others);
   state.advance(Phase::kAck);
-  if (full) {
+  if (elastic) {
+    Status end = finish_elastic(e, w, op, rs, full, parts, state);
+    if (result.ok()) result = end;
+  }
+  const std::vector<int> others = other_ranks(e);
+  if (!elastic) e.acks.post(op.seq, op.key, others);
+  if (full && !elastic) {
     // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
     Status agree = e.acks.drain(w, e.rank(), 0);
     const Status verdict = verdict_for_others(agree);

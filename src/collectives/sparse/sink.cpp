@@ -36,22 +36,39 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob) {
   return sess.prepare(rest);
 }
 
+// How long an elastic rank waits for a part from a parent that is not the root before it re-attaches:
+// a share of half the lease growing with its depth, so that when a relay stalls, its child re-attaches
+// (and forwards again) before the grandchildren's patience runs out, and every re-attach happens well
+// within the root's lease for the re-attaching rank.
+double reattach_patience(const topology::Tree& t, int me, double lease_s) {
+  auto depth = [&](int r) {
+    int d = 0;
+    for (; r >= 0 && t.parent[size_t(r)] >= 0 && d <= int(t.parent.size()); r = t.parent[size_t(r)]) ++d;
+    return d;
+  };
+  int deepest = 1;
+  for (size_t r = 0; r < t.parent.size(); ++r) deepest = std::max(deepest, depth(int(r)));
+  return lease_s / 2 * double(depth(me)) / double(deepest);
+}
+
 }  // namespace
 
 SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op)
     : e_(e), bufs_(std::move(bufs)), root_(root), op_(op),
-      relay_(e.wire(op.seq), op.tree.parent[e.rank()], op.tree.children[e.rank()]), state_(op.seq, "receiver"),
-      t0_(now_s()) {
-}
+      relay_(e.wire(op.seq), e.comm.elastic() ? -1 : op.tree.parent[e.rank()],
+             e.comm.elastic() ? std::vector<int>{} : op.tree.children[e.rank()]),
+      state_(op.seq, "receiver"), t0_(now_s()) {}
 
 Status SparseSink::receive() {
-  // What earlier operations left behind (ones this rank gave up on) is of no use any more.
-  if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq))
+  // What earlier operations left behind (ones this rank gave up on) is of no use any more; but the
+  // acknowledgements of operations this rank rooted are its AckWindow's, drained at its next call as
+  // root or at sparrowCommDestroy (dropping them cost a destroy one SPARROW_TIMEOUT_S).
+  if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
     SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
   rv_ = &receiver_state(e_, op_.key, op_.layout);
   while (state_.phase() != Phase::kDone) state_.advance(step());
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
-  if (!acked_) {
+  if (!acked_ && !dropped_) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
     // and asks to be brought up to date at the next operation (best effort: the root may be gone).
     need_resync_ = true;
@@ -72,8 +89,30 @@ Phase SparseSink::step() {
   }
 }
 
+// An elastic operation's header comes from the root itself and names the members: this rank's place
+// in the tree over them, or that it is not one of them any more.
+Result<Frame> SparseSink::elastic_header() {
+  SPARROW_ASSIGN_OR_RETURN(auto m, relay_.wire().recv(root_, 0));
+  Frame f = share(std::move(m));
+  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
+  if (!(h.flags & kOpElastic))
+    return Error(Code::kInvalidUsage, "rank " + std::to_string(root_) + " runs this communicator as a fixed one");
+  e_.members.assign(h.members);
+  if (!e_.members.is_live(e_.rank())) {
+    dropped_ = true;
+    return Error(Code::kPeerLost, "rank " + std::to_string(e_.rank()) + " is no longer a member of this elastic "
+                 "communicator: the root dropped it (it died, stalled past the lease, or lost its connection); "
+                 "its buffers are as they were");
+  }
+  op_.members.assign(h.members.begin(), h.members.end());
+  SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
+  relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
+                        reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()));
+  return f;
+}
+
 Phase SparseSink::on_header() {
-  auto hf = relay_.next(0);
+  auto hf = e_.comm.elastic() ? elastic_header() : relay_.next(0);
   if (!hf.ok()) {
     fatal_ = hf.status();
     return Phase::kDone;

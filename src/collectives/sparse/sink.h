@@ -45,6 +45,7 @@ class SparseSink {
   // or the acknowledgement could not travel) sets fatal_ and returns kDone.
   Phase step();
   Phase on_header();
+  Result<Frame> elastic_header();
   Phase on_stream();
   Phase on_accept();
   Phase on_ack();
@@ -57,7 +58,7 @@ class SparseSink {
   Engine& e_;
   std::vector<BufferArg> bufs_;
   int root_;
-  const SparseOp op_;
+  SparseOp op_;  // an elastic receiver fills in the members and the tree from the header
   Relay relay_;
   OpState state_;
   double t0_;
@@ -71,6 +72,7 @@ class SparseSink {
   uint64_t catchup_bytes_ = 0;
   Status result_, fatal_;
   bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
+  bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
 };
 
 }  // namespace sparrow::coll

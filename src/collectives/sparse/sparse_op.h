@@ -13,6 +13,9 @@ struct SparseOp {
   BufferKey key;       // this rank's buffers (root: send, others: recv)
   size_t dense = 0;    // bytes of the buffers
   topology::Tree tree;
+  // Elastic: the members the tree is built over (the root's list; a receiver's comes with the header,
+  // and so does its tree).
+  std::vector<int> members;
 };
 
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root);

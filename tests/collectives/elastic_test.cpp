@@ -1,0 +1,336 @@
+// Elastic communicators (collectives/elastic.*, members.*, the elastic parts of relay and sink), on
+// forked processes: every rank is a child of the test (so the root may die too), each arms an alarm
+// so a hang fails the test instead of blocking it, and reports through its exit code; the root also
+// writes its step times and final member list to a pipe.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/params.h"
+#include "gen/generator.h"
+#include "sparrow/sparrow.h"
+
+namespace {
+
+constexpr size_t kCount = 1 << 20;
+constexpr int kLeaseMs = 1500;
+
+std::vector<uint16_t> weights(int step) {
+  std::vector<uint16_t> w(kCount);
+  for (size_t i = 0; i < kCount; ++i) w[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
+  for (int s = 1; s <= step; ++s) sparrow::gen::mutate_exact(w.data(), kCount, 2, 0.01, 2000 + s);
+  return w;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+enum class Fault { kNone, kKillBetweenSteps, kKillMidStep, kStop, kRootDies };
+
+struct Plan {
+  int n = 4;
+  int steps = 5;
+  const char* algo = "flat";
+  int victim = -1;      // the rank the fault hits
+  int fault_step = 2;   // at this step
+  Fault fault = Fault::kNone;
+};
+
+sparrowComm_t open_comm(const sparrowUniqueId& id, int rank, int n) {
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  cfg.leaseMs = kLeaseMs;
+  sparrowComm_t comm = nullptr;
+  if (sparrowCommInitRankConfig(&comm, n, id, rank, &cfg) != sparrowSuccess) return nullptr;
+  return comm;
+}
+
+// The root: every step must succeed (unless the plan kills it); then it writes each step's seconds
+// and the members to `out`, and waits for a byte on `hold` before it goes (a dropped rank that was
+// stopped is resumed meanwhile and must learn from the root that it is out).
+int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
+  sparrowComm_t comm = open_comm(id, 0, p.n);
+  if (!comm) return 3;
+  std::vector<double> took;
+  std::vector<uint16_t> w(kCount);  // one buffer: its address keys the root's state
+  for (int s = 0; s < p.steps; ++s) {
+    if (p.fault == Fault::kRootDies && s == p.fault_step) raise(SIGKILL);
+    const auto next = weights(s);
+    std::copy(next.begin(), next.end(), w.begin());
+    auto t0 = std::chrono::steady_clock::now();
+    sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, comm, nullptr);
+    took.push_back(since(t0));
+    if (rc != sparrowSuccess) {
+      fprintf(stderr, "root step %d: %s\n", s, sparrowGetLastError(comm));
+      return 10 + s;
+    }
+  }
+  int members[64], nlive = 0;
+  if (sparrowCommGetMembers(comm, members, 64, &nlive) != sparrowSuccess) return 4;
+  if (write(out, took.data(), took.size() * sizeof(double)) < 0 || write(out, &nlive, sizeof nlive) < 0 ||
+      write(out, members, size_t(nlive) * sizeof(int)) < 0)
+    return 5;
+  char b;
+  if (read(hold, &b, 1) != 1) return 6;
+  sparrowCommDestroy(comm);
+  return 0;
+}
+
+// The victim's fault at its step: dies before the call, dies once part of the step arrived (a staged
+// receive forwards in the background meanwhile), or stops (the test resumes it later).
+void hit(sparrowComm_t comm, const Plan& p, std::vector<uint16_t>& buf) {
+  if (p.fault == Fault::kKillBetweenSteps) raise(SIGKILL);
+  if (p.fault == Fault::kStop) raise(SIGSTOP);
+  if (p.fault != Fault::kKillMidStep) return;
+  sparrowSparseBcastStage(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
+  for (unsigned long long got = 0; got == 0;) {
+    sparrowCommGetProgress(comm, &got, nullptr, nullptr);
+    std::this_thread::yield();
+  }
+  raise(SIGKILL);
+}
+
+// A receiver: 0 when every step arrived bit-exact; 100 + s when step s returned sparrowPeerLost
+// within the lease and a second with its buffer holding step s-1 (the root died, or this rank was
+// dropped); 10 + s for anything else.
+int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
+  sparrowComm_t comm = open_comm(id, rank, p.n);
+  if (!comm) return 3;
+  std::vector<uint16_t> buf(kCount, 0);
+  for (int s = 0; s < p.steps; ++s) {
+    if (rank == p.victim && s == p.fault_step) hit(comm, p, buf);
+    auto t0 = std::chrono::steady_clock::now();
+    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
+    const double t = since(t0);
+    if (rc == sparrowSuccess && buf == weights(s)) continue;
+    fprintf(stderr, "rank %d step %d: %s (%.2f s)\n", rank, s, sparrowGetLastError(comm), t);
+    const bool intact = buf == (s > 0 ? weights(s - 1) : std::vector<uint16_t>(kCount, 0));
+    if (rc == sparrowPeerLost && t < kLeaseMs / 1000.0 + 1 && intact) return 100 + s;
+    return 10 + s;
+  }
+  sparrowCommDestroy(comm);
+  return 0;
+}
+
+struct Outcome {
+  std::vector<int> exit;        // [rank]: exit code, or -signal
+  std::vector<double> took;     // the root's seconds per step
+  std::vector<int> members;     // the root's members at the end
+};
+
+int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
+
+Outcome run(const Plan& p) {
+  setenv("SPARROW_PROBE_MS", "50", 1);
+  setenv("SPARROW_ALGO", p.algo, 1);
+  setenv("SPARROW_TIMEOUT_S", "30", 1);
+  setenv("SPARROW_CHUNK_ELEMS", "65536", 1);  // 16 parts per step: a death can land between them
+  sparrow::params::clear_overrides();
+  signal(SIGPIPE, SIG_IGN);  // a rank that died early must not take the test down with it
+  int out[2], hold[2];
+  EXPECT_EQ(pipe(out), 0);
+  EXPECT_EQ(pipe(hold), 0);
+  // Ranks are forked before this process starts any thread (the id's rendezvous store is one): a
+  // child forked while another thread holds a lock may never get it.
+  std::vector<pid_t> pids;
+  std::vector<int> id_fds;
+  for (int r = 0; r < p.n; ++r) {
+    int idp[2];
+    EXPECT_EQ(pipe(idp), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(60);  // a hang ends as SIGALRM, not as a stuck test
+      sparrowUniqueId id;
+      if (read(idp[0], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
+      _exit(r == 0 ? root_body(id, p, out[1], hold[0]) : receiver_body(id, p, r));
+    }
+    close(idp[0]);
+    pids.push_back(pid);
+    id_fds.push_back(idp[1]);
+  }
+  close(out[1]);
+  close(hold[0]);
+  sparrowUniqueId id;
+  EXPECT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);  // its rendezvous store serves from this process
+  for (int fd : id_fds) {
+    EXPECT_EQ(write(fd, &id, sizeof id), ssize_t(sizeof id));
+    close(fd);
+  }
+  Outcome o;
+  o.exit.assign(size_t(p.n), 0);
+  o.took.assign(size_t(p.steps), -1);
+  int nlive = 0;
+  if (read(out[0], o.took.data(), o.took.size() * sizeof(double)) == ssize_t(o.took.size() * sizeof(double)) &&
+      read(out[0], &nlive, sizeof nlive) == ssize_t(sizeof nlive) && nlive > 0 && nlive <= p.n) {
+    o.members.resize(size_t(nlive));
+    EXPECT_EQ(read(out[0], o.members.data(), o.members.size() * sizeof(int)), ssize_t(nlive * sizeof(int)));
+  }
+  // The root is done: a stopped victim resumes and runs its remaining calls before the root goes.
+  if (p.fault == Fault::kStop) {
+    kill(pids[size_t(p.victim)], SIGCONT);
+    int st = 0;
+    waitpid(pids[size_t(p.victim)], &st, 0);
+    o.exit[size_t(p.victim)] = exit_code(st);
+  }
+  if (p.fault != Fault::kRootDies) EXPECT_EQ(write(hold[1], "x", 1), 1);  // (a dead root's pipe would SIGPIPE us)
+  for (int r = 0; r < p.n; ++r) {
+    if (p.fault == Fault::kStop && r == p.victim) continue;
+    int st = 0;
+    waitpid(pids[size_t(r)], &st, 0);
+    o.exit[size_t(r)] = exit_code(st);
+  }
+  close(out[0]);
+  close(hold[1]);
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TIMEOUT_S", "SPARROW_CHUNK_ELEMS"}) unsetenv(v);
+  sparrow::params::clear_overrides();
+  return o;
+}
+
+std::vector<int> all_but(int n, int gone) {
+  std::vector<int> v;
+  for (int r = 0; r < n; ++r)
+    if (r != gone) v.push_back(r);
+  return v;
+}
+
+TEST(ElasticConfig, BadConfigsAreInvalidArgumentBeforeAnythingStarts) {
+  sparrowUniqueId id{};
+  sparrowComm_t comm = nullptr;
+  auto try_cfg = [&](void (*edit)(sparrowConfig_t&)) {
+    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+    edit(cfg);
+    return sparrowCommInitRankConfig(&comm, 2, id, 0, &cfg);
+  };
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.magic = 0; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.size = 8; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.elastic = 2; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.elastic = 1, c.leaseMs = 50; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.elastic = 1, c.leaseMs = -1; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.leaseMs = 1000; }), sparrowInvalidArgument);  // not elastic
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.region = ""; }), sparrowInvalidArgument);
+  EXPECT_EQ(try_cfg([](sparrowConfig_t& c) { c.region = "us east"; }), sparrowInvalidArgument);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("region"), std::string::npos);
+  EXPECT_EQ(comm, nullptr);
+  int nlive = 0;
+  EXPECT_EQ(sparrowCommGetMembers(nullptr, nullptr, 0, &nlive), sparrowInvalidArgument);
+}
+
+// Ranks that disagree on elastic fail at creation, every one of them, naming both kinds.
+TEST(ElasticConfig, RanksThatDisagreeOnElasticAllFail) {
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  sparrowResult_t rc[2];
+  std::string why[2];
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = r == 0;
+      sparrowComm_t c = nullptr;
+      rc[r] = sparrowCommInitRankConfig(&c, 2, id, r, &cfg);
+      why[r] = sparrowGetLastError(nullptr);
+      if (c) sparrowCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rc[r], sparrowInvalidUsage) << why[r];
+    EXPECT_NE(why[r].find("not elastic"), std::string::npos) << why[r];
+  }
+}
+
+TEST(Elastic, EveryMemberGetsEveryStepAndTheRootListsThemAll) {
+  Plan p;
+  Outcome o = run(p);
+  for (int r = 0; r < p.n; ++r) EXPECT_EQ(o.exit[size_t(r)], 0) << "rank " << r;
+  EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
+// A leaf dies between two steps: it is dropped, the root and the other members succeed at every step.
+TEST(Elastic, DeadLeafIsDroppedAndTheOthersSucceed) {
+  Plan p;
+  p.victim = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded";
+  EXPECT_EQ(o.exit[2], -SIGKILL);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.members, all_but(p.n, 2));
+}
+
+// On a chain 0 -> 1 -> 2 -> 3 the relay rank 1 dies in the middle of a step (once part of it arrived
+// and was forwarded): rank 2 re-attaches to the root and takes the rest; ranks 2 and 3 get every
+// step bit-exact, and later steps run over the members left.
+TEST(Elastic, RelayDyingMidStepIsReplacedByTheRoot) {
+  Plan p;
+  p.algo = "chain";
+  p.victim = 1;
+  p.fault = Fault::kKillMidStep;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[1], -SIGKILL);
+  EXPECT_EQ(o.exit[2], 0) << "the orphan re-attached";
+  EXPECT_EQ(o.exit[3], 0) << "the orphan's child was not affected";
+  EXPECT_EQ(o.members, all_but(p.n, 1));
+}
+
+// The relay stops (SIGSTOP) before a step: its child re-attaches once its patience runs out, the root
+// drops the relay when its lease runs out, and that step costs the root about one lease, no more.
+// Resumed later, the dropped rank is told it is out (sparrowPeerLost), its buffer as it was.
+TEST(Elastic, StalledRelayIsDroppedWithinTheLeaseAndLearnsItLater) {
+  Plan p;
+  p.algo = "chain";
+  p.victim = 1;
+  p.fault = Fault::kStop;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[2], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.members, all_but(p.n, 1));
+  const double lease = kLeaseMs / 1000.0;
+  ASSERT_GT(o.took[size_t(p.fault_step)], 0);
+  EXPECT_LT(o.took[size_t(p.fault_step)], lease * 1.5 + 1) << "the affected step took more than the lease";
+  for (int s = p.fault_step + 1; s < p.steps; ++s) EXPECT_LT(o.took[size_t(s)], lease / 2) << "step " << s;
+  // Its stopped step arrived before the drop was known (or failed); a later call says it is out.
+  EXPECT_GE(o.exit[1], 100 + p.fault_step) << "exit " << o.exit[1];
+  EXPECT_LT(o.exit[1], 100 + p.steps) << "exit " << o.exit[1];
+}
+
+// A leaf stalls in the first step, whose arguments every rank must agree on: the root drops it after
+// the lease and still gives the others their verdict; resumed, the leaf's verdict says it is out
+// (sparrowPeerLost, its buffer untouched).
+TEST(Elastic, LeafStalledInTheFirstStepIsToldItIsOut) {
+  Plan p;
+  p.victim = 3;
+  p.fault = Fault::kStop;
+  p.fault_step = 0;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[2], 0);
+  EXPECT_EQ(o.exit[3], 100) << "sparrowPeerLost at step 0, buffer untouched";
+  EXPECT_EQ(o.members, all_but(p.n, 3));
+}
+
+// The root dies between steps: every receiver returns sparrowPeerLost within the lease, its buffer
+// holding the last version bit for bit.
+TEST(Elastic, RootDeathReachesEveryReceiverWithItsBufferIntact) {
+  Plan p;
+  p.algo = "chain";
+  p.fault = Fault::kRootDies;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], -SIGKILL);
+  for (int r = 1; r < p.n; ++r) EXPECT_EQ(o.exit[size_t(r)], 100 + p.fault_step) << "rank " << r;
+}
+
+}  // namespace
