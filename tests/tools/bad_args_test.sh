@@ -38,6 +38,13 @@ check "--lr 'abc'" "$bin/sparrow-codec-bench" --lr abc
 check "--chunk-elems '10'" "$bin/sparrow-codec-bench" --chunk-elems 10
 check "unknown option" "$bin/sparrow-codec-bench" --nope
 check "--layers '-3'" "$bin/sparrow-codec-demo" --layers -3
+check "--runs '0'" "$bin/sparrow-fault-bench" --runs 0
+check "--ranks '2'" "$bin/sparrow-fault-bench" --ranks 2
+check "--regions '9'" "$bin/sparrow-fault-bench" --regions 9
+check "--lease-ms '5'" "$bin/sparrow-fault-bench" --lease-ms 5
+check "--algo 'ring'" "$bin/sparrow-fault-bench" --algo ring
+check "--elems '1Q'" "$bin/sparrow-fault-bench" --elems 1Q
+check "unknown option" "$bin/sparrow-fault-bench" --what
 check "--steps '0'" "$bin/sparrow-codec-demo" --steps 0
 check "--layers '-3'" "$bin/sparrow-weight-sync" --layers -3
 check "--steps '-1'" "$bin/sparrow-weight-sync" --steps -1

@@ -1,0 +1,226 @@
+// failover_perf: relay failover of an elastic communicator, under mpirun (scripts/wanemu-mpirun.sh on
+// an emulated WAN). The root runs --steps sparse steps of -b bytes (bf16, -D changed per step); at
+// --stall-step a relay (--stall-rank, default: the first non-root rank with children) stops itself
+// (SIGSTOP) for --stall-ms, as a long generation step or a GC pause would: its children re-attach
+// to the root, the root drops it after the lease. Every rank notes when each of its calls returned
+// (ranks share the host's monotonic clock under wanemu); the root prints, per step, the time from its
+// call's start to the last rank's return in each region, and the stalled relay's region's step
+// against its normal one and against 2 x normal + lease. Survivors must hold the root's last version.
+#include <getopt.h>
+#include <mpi.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/args.h"
+#include "gen/generator.h"
+#include "sparrow/sparrow.h"
+
+namespace {
+
+constexpr const char* kProg = "failover_perf";
+
+struct Opts {
+  int steps = 12, stall_step = 6, stall_rank = -1, lease_ms = 2000, stall_ms = 0;
+  uint64_t bytes = 64 << 20;
+  double density = 0.01;
+};
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+Opts parse(int argc, char** argv) {
+  Opts o;
+  static option longopts[] = {{"steps", 1, 0, 'n'},      {"stall-step", 1, 0, 's'}, {"stall-rank", 1, 0, 'r'},
+                              {"stall-ms", 1, 0, 'm'},   {"lease-ms", 1, 0, 'l'},   {"help", 0, 0, 'h'},
+                              {0, 0, 0, 0}};
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, "b:D:h", longopts, nullptr)) != -1;) {
+    switch (c) {
+      case 'b': o.bytes = sparrow::args::size(kProg, "-b", optarg, 1024, uint64_t(1) << 36); break;
+      case 'D': o.density = sparrow::args::number(kProg, "-D", optarg, 0, 1); break;
+      case 'n': o.steps = int(sparrow::args::integer(kProg, "--steps", optarg, 4, 100000)); break;
+      case 's': o.stall_step = int(sparrow::args::integer(kProg, "--stall-step", optarg, 2, 100000)); break;
+      case 'r': o.stall_rank = int(sparrow::args::integer(kProg, "--stall-rank", optarg, 1, 1 << 20)); break;
+      case 'm': o.stall_ms = int(sparrow::args::integer(kProg, "--stall-ms", optarg, 1, 3600000)); break;
+      case 'l': o.lease_ms = int(sparrow::args::integer(kProg, "--lease-ms", optarg, 100, 600000)); break;
+      case 'h':
+        printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
+               "          [--lease-ms 2000]\n"
+               "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
+               "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
+               "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
+               "  --stall-rank R   the rank that stalls (default: the first non-root rank with children)\n"
+               "  --stall-ms N     how long it stays stopped (default 3 x the lease)\n"
+               "  --lease-ms N     the communicator's lease, 100..600000 (2000)\n",
+               kProg);
+        exit(0);
+      default: sparrow::args::unknown(kProg, argv[optind - 1]);
+    }
+  }
+  if (o.stall_step > o.steps - 2)
+    sparrow::args::bad(kProg, "--stall-step", std::to_string(o.stall_step).c_str(), "at most --steps - 2");
+  if (o.stall_ms == 0) o.stall_ms = 3 * o.lease_ms;
+  return o;
+}
+
+// Stops this process for `ms` (a helper child resumes it): a stall the others cannot tell from a
+// dead process until it resumes.
+void stall(int ms) {
+  pid_t waker = fork();
+  if (waker == 0) {
+    usleep(useconds_t(ms) * 1000);
+    kill(getppid(), SIGCONT);
+    _exit(0);
+  }
+  raise(SIGSTOP);
+  waitpid(waker, nullptr, 0);
+}
+
+// This rank's parent-of-someone status after the first step: it has children in the tree.
+bool has_children(sparrowComm_t comm) {
+  char buf[1 << 16];
+  size_t need = 0;
+  if (sparrowCommGetStatsJson(comm, buf, sizeof buf, &need) != sparrowSuccess) return false;
+  const char* c = strstr(buf, "\"children\":[");
+  return c && c[12] != ']';
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Report {
+  const Opts& o;
+  int n;
+  std::vector<double> t0;            // the root's call start per step
+  std::vector<double> done;          // [rank * steps + step]: when that rank's call returned
+  std::vector<int> rc;               // same layout
+  std::vector<std::string> region;   // per rank
+  int victim;
+
+  // Per step: the last return in region `g` (ranks other than the victim) since the root's start.
+  double region_step(const std::string& g, int s) const {
+    double t = 0;
+    for (int r = 1; r < n; ++r)
+      if (r != victim && region[size_t(r)] == g) t = std::max(t, done[size_t(r * o.steps + s)] - t0[size_t(s)]);
+    return t;
+  }
+  int print() const {
+    std::map<std::string, int> regions;
+    for (int r = 1; r < n; ++r) regions[region[size_t(r)]]++;
+    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) stalls %d ms at step %d\n",
+           n, (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), o.stall_ms, o.stall_step);
+    printf("# step");
+    for (auto& [g, k] : regions) printf(" %12s", g.c_str());
+    printf("   (ms from the root's call to the region's last return)\n");
+    for (int s = 1; s < o.steps; ++s) {
+      printf("  %4d", s);
+      for (auto& [g, k] : regions) printf(" %12.1f", region_step(g, s) * 1e3);
+      printf("%s\n", s == o.stall_step ? "   <- stall" : "");
+    }
+    int failed = 0;
+    for (int r = 1; r < n; ++r)
+      for (int s = 0; s < o.steps; ++s)
+        if (r != victim && rc[size_t(r * o.steps + s)] != sparrowSuccess) failed++;
+    // Every region against itself: its normal step (the first, full step and the two around the stall
+    // left out) and the slower of the stalled step and the next (the first over the new tree).
+    bool exceeded = false;
+    for (auto& [g, k] : regions) {
+      std::vector<double> normal;
+      for (int s = 1; s < o.steps; ++s)
+        if (s != o.stall_step && s != o.stall_step + 1) normal.push_back(region_step(g, s));
+      const double nm = median(normal), hit = std::max(region_step(g, o.stall_step), region_step(g, o.stall_step + 1));
+      if (nm <= 0) continue;  // only the victim there
+      const double limit = 2 * nm + o.lease_ms / 1000.0;
+      exceeded = exceeded || hit > limit;
+      printf("# region %s: normal step %.1f ms, affected %.1f ms (%.2fx); 2 x normal + lease = %.1f ms: %s\n",
+             g.c_str(), nm * 1e3, hit * 1e3, hit / nm, limit * 1e3, hit <= limit ? "within" : "EXCEEDED");
+    }
+    printf("# survivors' failed calls: %d\n", failed);
+    return failed || exceeded ? 1 : 0;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Opts o = parse(argc, argv);
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n < 3) {
+    if (rank == 0) fprintf(stderr, "%s: needs at least 3 ranks\n", kProg);
+    MPI_Finalize();
+    return 2;
+  }
+  sparrowUniqueId id;
+  if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  cfg.leaseMs = o.lease_ms;
+  sparrowComm_t comm = nullptr;
+  if (sparrowCommInitRankConfig(&comm, n, id, rank, &cfg) != sparrowSuccess) {
+    fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  const size_t count = o.bytes / 2;
+  std::vector<uint16_t> buf(count);
+  if (rank == 0)
+    for (size_t i = 0; i < count; ++i) buf[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
+  std::vector<double> t0(size_t(o.steps)), done(size_t(o.steps));
+  std::vector<int> rc(size_t(o.steps));
+  int victim = o.stall_rank;
+  for (int s = 0; s < o.steps; ++s) {
+    if (rank == 0 && s > 0) sparrow::gen::mutate_exact(buf.data(), count, 2, o.density, uint64_t(s));
+    if (s == 1) {  // after the first (full) step: every rank knows its children; pick the victim
+      int mine = rank != 0 && has_children(comm) ? rank : n, first = n;
+      MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (victim < 0) victim = first < n ? first : 1;
+      if (victim >= n) MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (rank == victim && s == o.stall_step) stall(o.stall_ms);
+    t0[size_t(s)] = now();
+    rc[size_t(s)] = sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
+    done[size_t(s)] = now();
+    if (rc[size_t(s)] != sparrowSuccess && rank != victim)
+      fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
+  }
+  char region[64] = {0};
+  snprintf(region, sizeof region, "%s", getenv("SPARROW_REGION") ? getenv("SPARROW_REGION") : "?");
+  Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim};
+  std::vector<char> regions(size_t(n) * 64);
+  MPI_Gather(done.data(), o.steps, MPI_DOUBLE, rep.done.data(), o.steps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(rc.data(), o.steps, MPI_INT, rep.rc.data(), o.steps, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Gather(region, 64, MPI_CHAR, regions.data(), 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+  // Survivors hold the root's last version.
+  uint64_t h = XXH3_64bits(buf.data(), count * 2), h0 = h;
+  MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  int wrong = rank != victim && h != h0, wrong_sum = 0;
+  MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int exit_code = 0;
+  if (rank == 0) {
+    for (int r = 0; r < n; ++r) rep.region.emplace_back(&regions[size_t(r) * 64]);
+    exit_code = rep.print();
+    int members[1024], nlive = 0;
+    sparrowCommGetMembers(comm, members, 1024, &nlive);
+    printf("# members at the end: %d of %d; survivors with other bits than the root: %d\n", nlive, n, wrong_sum);
+    if (wrong_sum || nlive != n - 1) exit_code = 1;  // the stalled relay must have been dropped, and only it
+  }
+  sparrowCommDestroy(comm);
+  MPI_Finalize();
+  return exit_code;
+}
