@@ -99,13 +99,26 @@ typedef struct sparrowConfig_v1 {
  *    the part they were waiting for (nothing they already hold is sent again);
  *  - later operations run along a tree over the live members only;
  *  - a dropped rank that is still running gets sparrowPeerLost from its next call (it is not a member
- *    any more); if the root dies, every receiver returns sparrowPeerLost, its buffer unchanged;
+ *    any more; a new process may take its slot with sparrowCommJoin); if the root dies, every
+ *    receiver returns sparrowPeerLost, its buffer unchanged;
  *  - the root waits for every member's acknowledgement before it returns (at most the lease after its
  *    last part), so its call reflects who is still in;
  *  - sparrowBroadcast on an elastic communicator works while every rank is a member, and returns
  *    sparrowInvalidUsage once one was dropped. */
 sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank,
                                           sparrowConfig_t* config);
+
+/* A process joins a running elastic communicator into slot *rank (in: the slot, 1..nranks-1, that a
+ * dropped member held, e.g. the rank a restarted worker had; out: the same). It looks the
+ * communicator up at its rendezvous store (which, for an elastic communicator, serves for as long as
+ * the process that called sparrowGetUniqueId runs), asks rank 0, and returns once rank 0 admitted it,
+ * at rank 0's next sparrowSparseBcast (so rank 0 must be the sparse root). Call sparrowSparseBcast
+ * right after: the joiner takes part from that operation on, which brings it a full snapshot of every
+ * buffer set (later ones deltas), and the root's lease applies to it. config: NULL or elastic = 1
+ * (leaseMs 0 or the communicator's). Errors: sparrowInvalidUsage (not elastic, a lease that differs),
+ * sparrowInvalidArgument (bad slot), sparrowPeerLost (the slot is still held by a live member, or
+ * rank 0 unreachable), sparrowTimeout (rank 0 made no sparse broadcast within SPARROW_TIMEOUT_S). */
+sparrowResult_t sparrowCommJoin(sparrowComm_t* comm, sparrowUniqueId commId, sparrowConfig_t* config, int* rank);
 
 /* The live members as this rank last saw them (the root: at the end of its last operation; others:
  * from the last operation's header), increasing, into ranks[0..maxRanks); *nlive = their number (may

@@ -18,6 +18,7 @@
 #include "api/api_internal.h"
 #include "bootstrap/bootstrap.h"
 #include "collectives/bcast.h"
+#include "collectives/elastic.h"
 #include "format/checkpoint.h"
 #include "comm/comm.h"
 #include "kernels/device.h"
@@ -311,6 +312,27 @@ SPARROW_EXPORT sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommUserRank", comm));
   *rank = comm->impl->rank();
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowCommJoin(sparrowComm_t* comm, sparrowUniqueId commId, sparrowConfig_t* config,
+                                               int* rank) {
+  if (!comm || !rank) return invalid("sparrowCommJoin: comm or rank is NULL");
+  *comm = nullptr;
+  auto opt = config_options(config);
+  if (!opt.ok()) return fail(opt.status());
+  if (config && !config->elastic) return invalid("sparrowCommJoin: config->elastic must be 1 (only elastic communicators take joiners)");
+  if (*rank < 1) return invalid("sparrowCommJoin: *rank must name the slot to take (1..nranks-1; this version does not pick one)");
+  auto c = sparrow::Comm::init_joiner(reinterpret_cast<const uint8_t*>(commId.internal), *rank, opt.value());
+  if (!c.ok()) return fail(c.status());
+  auto h = std::make_unique<sparrowComm>();
+  h->impl = std::move(c.value());
+  h->coll = std::make_unique<sparrow::coll::Engine>(*h->impl);
+  sparrow::Status s = sparrow::coll::join(*h->coll);
+  if (!s.ok()) return fail(s);
+  *comm = h.release();
+  std::lock_guard<std::mutex> lk(g_live_mu);
+  g_live.insert(*comm);
   return sparrowSuccess;
 }
 

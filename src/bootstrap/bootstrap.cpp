@@ -22,7 +22,7 @@ using transport::MsgKey;
 namespace {
 
 constexpr uint32_t kIdMagic = 0x44495053;  // "SPID"
-constexpr uint32_t kSubRegister = 1, kSubTable = 2;
+constexpr uint32_t kSubRegister = 1, kSubTable = 2, kSubLookup = 3;
 constexpr size_t kMaxRegistration = 4096;
 
 void put_str(std::vector<uint8_t>& o, const std::string& s) {
@@ -57,13 +57,16 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     return Status::Ok();
   }
   const std::string& address() const { return address_; }
-  bool finished() const { return sent_ > 0 && sent_ == expected_sends_; }
+  // An elastic communicator's store serves for as long as its process runs: joiners look the table
+  // up (sparrowCommJoin).
+  bool finished() const { return sent_ > 0 && sent_ == expected_sends_ && !serves_lookups_; }
   void shutdown() { be_.reset(); }
+  uint64_t comm_id() const { return id_.comm_id; }
   // The backend's thread delivers to this sink: it stops before the members it uses go.
   ~Store() override { be_.reset(); }
 
   Result<uint8_t*> frame_begin(transport::Conn* c, const FrameHeader& h) override {
-    if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || h.key.sub != kSubRegister)
+    if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || (h.key.sub != kSubRegister && h.key.sub != kSubLookup))
       return CorruptData("unexpected message to the rendezvous store");
     std::lock_guard<std::mutex> lk(mu_);
     auto& b = bufs_[c];
@@ -74,6 +77,12 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     std::lock_guard<std::mutex> lk(mu_);
     auto& b = bufs_[c];
     if (h.offset + h.len != b.size()) return;  // registrations are single-fragment
+    if (h.key.sub == kSubLookup) {
+      reply_locked(c, table_msg_ ? table_msg_ : error_table(serves_lookups_ || table_.empty()
+                                                                 ? "the communicator is not complete yet"
+                                                                 : "the communicator is not elastic: nobody can join it"));
+      return;
+    }
     format::ByteReader r(b, "registration");
     uint32_t rank, nranks, nstreams, elastic = 0, lease = 0;
     RankInfo info;
@@ -117,12 +126,18 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
       format::put_u32(t, nranks_);
       for (auto& ri : table_) {
         format::put_u32(t, uint32_t(ri.nstreams));
+        format::put_u32(t, uint32_t(ri.elastic));
+        format::put_u32(t, uint32_t(ri.lease_ms));
         put_str(t, ri.address);
         put_str(t, ri.host);
         put_str(t, ri.region);
       }
       auto shared = std::make_shared<std::vector<uint8_t>>(std::move(t));
       for (auto* w : who_) reply_locked(w, shared);
+      if (table_[first_rank_].elastic) {
+        serves_lookups_ = true;
+        table_msg_ = shared;
+      }
     }
   }
   void conn_failed(transport::Conn*, const Status&) override {}
@@ -168,6 +183,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   uint32_t nranks_ = 0, registered_ = 0, first_rank_ = 0;
   std::atomic<size_t> expected_sends_{0}, sent_{0};
   std::string failed_;
+  std::atomic<bool> serves_lookups_{false};
+  std::shared_ptr<std::vector<uint8_t>> table_msg_;  // the complete table (elastic: for lookups)
 };
 
 std::mutex g_mu;
@@ -225,13 +242,27 @@ Result<IdData> create_id() {
   return d;
 }
 
+void end_store(uint64_t comm_id) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  for (auto it = g_stores.begin(); it != g_stores.end();) {
+    if ((*it)->comm_id() == comm_id) {
+      (*it)->shutdown();
+      it = g_stores.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 size_t live_stores() {
   std::lock_guard<std::mutex> lk(g_mu);
   reap_locked();
   return g_stores.size();
 }
 
-Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
+namespace {
+// One request to the store (`sub`, `payload`) and its table reply, as `rank` in the handshake.
+Result<std::vector<uint8_t>> ask_store(const IdData& id, int rank, uint32_t sub, const std::vector<uint8_t>& payload,
                                        transport::Deadline d) {
   // The mailbox outlives the backend: its progress thread delivers to it (a late close from the
   // store's side too) until the backend is destroyed.
@@ -246,6 +277,45 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   if (!conn.ok()) return std::move(conn).take_status().context("reaching the rendezvous store");
   ConnPtr c = conn.value();
   transport::Channel ch({c});
+  auto req = ch.send(MsgKey{id.comm_id, 0, sub}, transport::Payload{payload.data(), payload.size(), nullptr});
+  SPARROW_RETURN_IF_ERROR(req->wait(d));
+  auto t = box.recv(MsgKey{id.comm_id, 0, kSubTable}, d);
+  ch.close();
+  return t;
+}
+
+Result<std::vector<RankInfo>> parse_table(const std::vector<uint8_t>& bytes, int nranks) {
+  format::ByteReader r(bytes, "rendezvous table");
+  uint32_t status, n;
+  SPARROW_RETURN_IF_ERROR(r.u32(&status));
+  if (status != 0) {
+    std::string msg;
+    SPARROW_RETURN_IF_ERROR(get_str(r, &msg));
+    return Error(Code::kInvalidUsage, "rendezvous failed: " + msg);
+  }
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (nranks > 0 && n != uint32_t(nranks))
+    return Error(Code::kInvalidUsage, "rendezvous table has " + std::to_string(n) + " ranks");
+  if (n == 0 || n > (1u << 20)) return CorruptData("rendezvous table of " + std::to_string(n) + " ranks");
+  std::vector<RankInfo> out(n);
+  for (auto& ri : out) {
+    uint32_t ns, el, lease;
+    SPARROW_RETURN_IF_ERROR(r.u32(&ns));
+    SPARROW_RETURN_IF_ERROR(r.u32(&el));
+    SPARROW_RETURN_IF_ERROR(r.u32(&lease));
+    ri.nstreams = int(ns);
+    ri.elastic = int(el);
+    ri.lease_ms = int(lease);
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.address));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.host));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.region));
+  }
+  return out;
+}
+}  // namespace
+
+Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
+                                       transport::Deadline d) {
   std::vector<uint8_t> reg;
   format::put_u32(reg, uint32_t(rank));
   format::put_u32(reg, uint32_t(nranks));
@@ -255,31 +325,15 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   put_str(reg, me.address);
   put_str(reg, me.host);
   put_str(reg, me.region);
-  auto req = ch.send(MsgKey{id.comm_id, 0, kSubRegister}, transport::Payload{reg.data(), reg.size(), nullptr});
-  SPARROW_RETURN_IF_ERROR(req->wait(d));
-  auto t = box.recv(MsgKey{id.comm_id, 0, kSubTable}, d);
-  ch.close();
+  auto t = ask_store(id, rank, kSubRegister, reg, d);
   if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
-  format::ByteReader r(t.value(), "rendezvous table");
-  uint32_t status, n;
-  SPARROW_RETURN_IF_ERROR(r.u32(&status));
-  if (status != 0) {
-    std::string msg;
-    SPARROW_RETURN_IF_ERROR(get_str(r, &msg));
-    return Error(Code::kInvalidUsage, "rendezvous failed: " + msg);
-  }
-  SPARROW_RETURN_IF_ERROR(r.u32(&n));
-  if (n != uint32_t(nranks)) return Error(Code::kInvalidUsage, "rendezvous table has " + std::to_string(n) + " ranks");
-  std::vector<RankInfo> out(n);
-  for (auto& ri : out) {
-    uint32_t ns;
-    SPARROW_RETURN_IF_ERROR(r.u32(&ns));
-    ri.nstreams = int(ns);
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.address));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.host));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.region));
-  }
-  return out;
+  return parse_table(t.value(), nranks);
+}
+
+Result<std::vector<RankInfo>> lookup(const IdData& id, int rank, transport::Deadline d) {
+  auto t = ask_store(id, rank, kSubLookup, {0}, d);
+  if (!t.ok()) return std::move(t).take_status().context("looking up the communicator to join");
+  return parse_table(t.value(), 0);
 }
 
 }  // namespace sparrow::bootstrap

@@ -41,6 +41,14 @@ struct RankInfo {
 Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
                                        transport::Deadline d);
 
+// An elastic communicator's table, from its store (which serves for as long as its process runs),
+// for a process that joins as `rank` (sparrowCommJoin).
+Result<std::vector<RankInfo>> lookup(const IdData& id, int rank, transport::Deadline d);
+
+// Ends this process's store of communicator `comm_id`, if it has one (an elastic communicator's
+// serves until then: its rank destroying the communicator here ends it).
+void end_store(uint64_t comm_id);
+
 // Stores started by this process that have not finished yet (tests).
 size_t live_stores();
 

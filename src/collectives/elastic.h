@@ -21,6 +21,17 @@ using Parts = std::map<uint32_t, Frame>;  // an operation's parts by sub, as the
 
 // The header to every other rank the root can still reach, each send bounded by the lease.
 void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);
+// The root drops `r` from the members and closes its connections (a later process in that slot
+// starts it afresh).
+void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);
+// The root, at the start of operation `seq`: admits every process whose join request waits in a
+// free slot's mailbox (sparrowCommJoin), tells it where everyone is and that `seq` is its first
+// operation, and lists it for a full snapshot in every buffer set.
+void admit_joiners(Engine& e, uint64_t seq);
+// A receiver applies an elastic header's membership: rejoined ranks' new places, drops.
+void apply_membership(Engine& e, const OpHeader& h);
+// sparrowCommJoin's second half, on the joiner: its request to rank 0 and rank 0's welcome.
+Status join(Engine& e);
 // This operation's acknowledgements from `expect` (members), serving re-attach requests from `parts`.
 // `acked`: the members that acknowledged (the others were dropped). Returns the first failure a
 // member reported that the next operation does not repair (a mismatch of arguments).

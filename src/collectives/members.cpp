@@ -38,13 +38,25 @@ void Members::drop(int r, uint64_t seq, const std::string& why) {
                why.c_str());
 }
 
-void Members::assign(const std::vector<int32_t>& live) {
+std::vector<int> Members::assign(const std::vector<int32_t>& live) {
   std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> gone;
   for (size_t r = 0; r < live_.size(); ++r) {
     const bool in = std::find(live.begin(), live.end(), int32_t(r)) != live.end();
-    if (live_[r] && !in) ++drops_;
+    if (live_[r] && !in) {
+      ++drops_;
+      gone.push_back(int(r));
+    }
     live_[r] = in;
   }
+  return gone;
+}
+
+void Members::admit(int r) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (r < 0 || size_t(r) >= live_.size()) return;
+  live_[size_t(r)] = 1;
+  told_[size_t(r)] = 0;
 }
 
 void Members::mark_unreachable(int r) {

@@ -20,8 +20,11 @@ class Members {
   uint64_t drops() const;
   // The root drops `r` (INFO: "rank 3 dropped from the elastic communicator at operation 7: ...").
   void drop(int r, uint64_t seq, const std::string& why);
-  // A receiver adopts the root's list (an operation's header). Ranks missing from it are dropped.
-  void assign(const std::vector<int32_t>& live);
+  // A receiver adopts the root's list (an operation's header). Ranks missing from it are dropped;
+  // the ranks this call dropped are returned.
+  std::vector<int> assign(const std::vector<int32_t>& live);
+  // The root takes `r` back (a process that joined into its slot).
+  void admit(int r);
   // The root's bookkeeping for dropped ranks it could not reach: they are not sent headers again.
   void mark_unreachable(int r);
   bool unreachable(int r) const;

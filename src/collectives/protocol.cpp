@@ -1,5 +1,8 @@
 #include "collectives/protocol.h"
 
+#include <algorithm>
+#include <bit>
+
 #include "format/bits.h"
 #include "format/checkpoint.h"
 
@@ -31,6 +34,47 @@ Status get_ranks(format::ByteReader& r, std::vector<int32_t>* v, const char* wha
   return Status::Ok();
 }
 
+void put_str(std::vector<uint8_t>& o, const std::string& v) {
+  format::put_u16(o, uint16_t(std::min<size_t>(v.size(), 0xffff)));
+  o.insert(o.end(), v.begin(), v.begin() + std::min<size_t>(v.size(), 0xffff));
+}
+
+Status get_str(format::ByteReader& r, std::string* v) {
+  uint16_t n;
+  const uint8_t* p;
+  SPARROW_RETURN_IF_ERROR(r.u16(&n));
+  SPARROW_RETURN_IF_ERROR(r.bytes(n, &p));
+  v->assign(reinterpret_cast<const char*>(p), n);
+  return Status::Ok();
+}
+
+void put_places(std::vector<uint8_t>& o, const std::vector<Place>& v) {
+  format::put_u32(o, uint32_t(v.size()));
+  for (auto& p : v) {
+    format::put_u32(o, uint32_t(p.rank));
+    put_str(o, p.address);
+    put_str(o, p.host);
+    put_str(o, p.region);
+  }
+}
+
+Status get_places(format::ByteReader& r, std::vector<Place>* v) {
+  uint32_t n;
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (n > kMaxListed) return CorruptData("too many places");
+  for (uint32_t i = 0; i < n; ++i) {
+    Place p;
+    uint32_t rank;
+    SPARROW_RETURN_IF_ERROR(r.u32(&rank));
+    p.rank = int32_t(rank);
+    SPARROW_RETURN_IF_ERROR(get_str(r, &p.address));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &p.host));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &p.region));
+    v->push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<uint8_t> OpHeader::encode() const {
@@ -47,7 +91,10 @@ std::vector<uint8_t> OpHeader::encode() const {
   }
   put_ranks(o, resync);
   format::put_u64(o, segment);
-  if (flags & kOpElastic) put_ranks(o, members);
+  if (flags & kOpElastic) {
+    put_ranks(o, members);
+    put_places(o, moved);
+  }
   return o;
 }
 
@@ -74,7 +121,10 @@ Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
   }
   SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.resync, "resync ranks"));
   SPARROW_RETURN_IF_ERROR(r.u64(&h.segment));
-  if (h.flags & kOpElastic) SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.members, "members"));
+  if (h.flags & kOpElastic) {
+    SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.members, "members"));
+    SPARROW_RETURN_IF_ERROR(get_places(r, &h.moved));
+  }
   return h;
 }
 
@@ -220,6 +270,62 @@ Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m) {
   SPARROW_RETURN_IF_ERROR(r.u32(&from));
   if (from == 0) return CorruptData("re-attach request from part 0 (the header comes from the root itself)");
   return from;
+}
+
+}  // namespace sparrow::coll
+
+namespace sparrow::coll {
+
+std::vector<uint8_t> encode_place(const Place& p) {
+  std::vector<uint8_t> o;
+  put_places(o, {p});
+  return o;
+}
+
+Result<Place> decode_place(const std::vector<uint8_t>& m) {
+  format::ByteReader r(m, "join request");
+  std::vector<Place> v;
+  SPARROW_RETURN_IF_ERROR(get_places(r, &v));
+  if (v.size() != 1) return CorruptData("join request without exactly one place");
+  return v[0];
+}
+
+std::vector<uint8_t> Welcome::encode() const {
+  const std::vector<uint8_t> ack = Ack{status}.encode();
+  std::vector<uint8_t> o;
+  format::put_u32(o, uint32_t(ack.size()));
+  o.insert(o.end(), ack.begin(), ack.end());
+  format::put_u64(o, first_seq);
+  put_places(o, places);
+  format::put_u32(o, uint32_t(rtt_s.size()));
+  for (size_t i = 0; i < rtt_s.size(); ++i) {
+    format::put_u64(o, std::bit_cast<uint64_t>(rtt_s[i]));
+    format::put_u64(o, std::bit_cast<uint64_t>(i < bw_Bps.size() ? bw_Bps[i] : -1.0));
+  }
+  return o;
+}
+
+Result<Welcome> Welcome::decode(const std::vector<uint8_t>& m) {
+  format::ByteReader r(m, "welcome");
+  uint32_t ack_len, n;
+  const uint8_t* ack;
+  SPARROW_RETURN_IF_ERROR(r.u32(&ack_len));
+  SPARROW_RETURN_IF_ERROR(r.bytes(ack_len, &ack));
+  Welcome w;
+  SPARROW_ASSIGN_OR_RETURN(Ack a, Ack::decode(std::vector<uint8_t>(ack, ack + ack_len), "rank 0"));
+  w.status = a.status;
+  SPARROW_RETURN_IF_ERROR(r.u64(&w.first_seq));
+  SPARROW_RETURN_IF_ERROR(get_places(r, &w.places));
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (n > kMaxListed) return CorruptData("welcome: too many probe entries");
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t rtt, bw;
+    SPARROW_RETURN_IF_ERROR(r.u64(&rtt));
+    SPARROW_RETURN_IF_ERROR(r.u64(&bw));
+    w.rtt_s.push_back(std::bit_cast<double>(rtt));
+    w.bw_Bps.push_back(std::bit_cast<double>(bw));
+  }
+  return w;
 }
 
 }  // namespace sparrow::coll

@@ -39,12 +39,18 @@ using Frame = std::shared_ptr<std::vector<uint8_t>>;
 inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vector<uint8_t>>(std::move(v)); }
 
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
-                   kReattachSub = 0xfffffff3u;
+                   kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank
 // itself, listing the members the operation's tree is built over.
 constexpr uint8_t kOpElastic = 2;
+
+// Where a rank is: what the tree is built from (the rendezvous table's entry for it).
+struct Place {
+  int32_t rank = 0;
+  std::string address, host, region;
+};
 
 struct OpHeader {
   uint8_t kind = 0;
@@ -54,6 +60,7 @@ struct OpHeader {
   std::vector<int32_t> resync;
   uint64_t segment = 0;
   std::vector<int32_t> members;  // kOpElastic: the live ranks, increasing
+  std::vector<Place> moved;      // kOpElastic: members that rejoined, where they are now
   std::vector<uint8_t> encode() const;
   static Result<OpHeader> decode(const std::vector<uint8_t>& m);
 };
@@ -99,6 +106,20 @@ struct OpWire {
   // The same wire for another operation of the same communicator.
   OpWire for_seq(uint64_t s) const { return OpWire{net, comm, s, deadline}; }
 };
+
+// sparrowCommJoin: the joiner's request to rank 0 (key: seq 0, kJoinSub) and rank 0's answer (seq 0,
+// kWelcomeSub): whether it was admitted, the operation it takes part in first, every rank's place
+// and the probe table (every rank must build the same trees).
+struct Welcome {
+  Status status;
+  uint64_t first_seq = 0;
+  std::vector<Place> places;
+  std::vector<double> rtt_s, bw_Bps;
+  std::vector<uint8_t> encode() const;
+  static Result<Welcome> decode(const std::vector<uint8_t>& m);
+};
+std::vector<uint8_t> encode_place(const Place& p);
+Result<Place> decode_place(const std::vector<uint8_t>& m);
 
 // An elastic rank asks the root for the parts of this operation from `from_sub` on.
 std::vector<uint8_t> reattach_request(uint32_t from_sub);

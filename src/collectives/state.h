@@ -69,6 +69,7 @@ class Engine {
   std::map<BufferKey, RecvState> recvs;
   AckWindow acks;
   Members members;  // elastic communicators: who is still in (all ranks otherwise)
+  std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
   DecodeWorker decoder;
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   // (Declared after the decoder: destroyed first, since its receive uses it.)

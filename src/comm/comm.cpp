@@ -43,6 +43,7 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   c->lease_ms_ = opt.elastic ? (opt.lease_ms > 0 ? opt.lease_ms : default_lease_ms()) : 0;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
   SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
+  if (opt.elastic) c->net_->set_elastic();
   bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()),
                          opt.region.empty() ? region_label() : opt.region, c->net_->nstreams(), c->elastic_,
                          c->lease_ms_};
@@ -69,7 +70,62 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   return c;
 }
 
-Comm::~Comm() = default;
+Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdBytes], int rank,
+                                                const CommOptions& opt) {
+  SPARROW_RETURN_IF_ERROR(params::validate_all());
+  SPARROW_ASSIGN_OR_RETURN(bootstrap::IdData idd, bootstrap::decode_id(id));
+  std::unique_ptr<Comm> c(new Comm());
+  auto d = c->deadline();
+  SPARROW_ASSIGN_OR_RETURN(auto table, bootstrap::lookup(idd, rank, d));
+  const int n = int(table.size());
+  if (!table[0].elastic) return Error(Code::kInvalidUsage, "sparrowCommJoin: the communicator is not elastic");
+  if (rank < 1 || rank >= n)
+    return InvalidArgument("sparrowCommJoin: rank " + std::to_string(rank) + " is not a slot of this " +
+                           std::to_string(n) + "-rank communicator other than rank 0");
+  if (opt.lease_ms > 0 && opt.lease_ms != table[0].lease_ms)
+    return Error(Code::kInvalidUsage, "sparrowCommJoin: leaseMs " + std::to_string(opt.lease_ms) +
+                                          " differs from the communicator's " + std::to_string(table[0].lease_ms));
+  c->rank_ = rank;
+  c->nranks_ = n;
+  c->id_ = idd;
+  c->elastic_ = true;
+  c->lease_ms_ = table[0].lease_ms;
+  transport::Identity ident{idd.comm_id, rank, idd.secret};
+  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, n, table[0].nstreams));
+  c->net_->set_elastic();
+  c->net_->set_joiner();
+  table[size_t(rank)] = {c->net_->address(), host_identity(c->net_->address()),
+                         opt.region.empty() ? region_label() : opt.region, table[0].nstreams, 1, c->lease_ms_};
+  std::vector<std::string> addrs;
+  for (auto& r : table) addrs.push_back(r.address);
+  c->net_->set_addresses(addrs);
+  c->ranks_ = std::move(table);
+  c->probe_.rtt_s.assign(size_t(n), -1);
+  c->probe_.bw_Bps.assign(size_t(n), -1);
+  return c;
+}
+
+void Comm::adopt(std::vector<bootstrap::RankInfo> ranks, topology::ProbeResult probe, uint64_t first_seq) {
+  ranks[size_t(rank_)].address = net_->address();
+  std::vector<std::string> addrs;
+  for (auto& r : ranks) addrs.push_back(r.address);
+  net_->set_addresses(addrs);
+  ranks_ = std::move(ranks);
+  probe_ = std::move(probe);
+  seq_ = first_seq - 1;
+  SPARROW_INFO("rank %d of %d joined on %s (%s, elastic, lease %d ms); first operation %llu", rank_, nranks_,
+               net_->address().c_str(), net_->backend_name(), lease_ms_, (unsigned long long)first_seq);
+}
+
+void Comm::set_place(int r, const bootstrap::RankInfo& info) {
+  if (r < 0 || r >= nranks_) return;
+  ranks_[size_t(r)] = info;
+  net_->revive(r, info.address);
+}
+
+Comm::~Comm() {
+  if (elastic_) bootstrap::end_store(id_.comm_id);  // nobody joins a communicator this process left
+}
 
 void Comm::abort() {
   set_error(Status(Code::kInternalError, "communicator aborted"));

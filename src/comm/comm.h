@@ -28,6 +28,15 @@ class Comm {
   // Collective: every rank calls it with the same id and nranks (and the same elastic and lease).
   static Result<std::unique_ptr<Comm>> init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
                                                  const CommOptions& opt = {});
+  // sparrowCommJoin's first half: `rank`'s slot of a running elastic communicator, from its store's
+  // table (elastic and lease checked against `opt`); the network listens, nothing is connected. The
+  // collectives' join handshake (coll::join) then asks rank 0 for admission and calls adopt().
+  static Result<std::unique_ptr<Comm>> init_joiner(const uint8_t id[bootstrap::kIdBytes], int rank,
+                                                   const CommOptions& opt);
+  // What rank 0 told an admitted joiner: every rank's place, the probe table, its first operation.
+  void adopt(std::vector<bootstrap::RankInfo> ranks, topology::ProbeResult probe, uint64_t first_seq);
+  // A member that rejoined from elsewhere (every rank builds its trees from these).
+  void set_place(int r, const bootstrap::RankInfo& info);
   ~Comm();
 
   int rank() const { return rank_; }

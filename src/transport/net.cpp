@@ -22,6 +22,9 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->addrs_.resize(nranks);
   n->accepted_.resize(nranks);
   n->chans_.resize(nranks);
+  n->disconnected_.assign(size_t(nranks), 0);
+  n->reversed_.assign(size_t(nranks), 0);
+  n->fresh_.assign(size_t(nranks), 0);
   for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams, &n->arrivals_));
   n->sent_.resize(size_t(nranks));
   BackendOptions bo;
@@ -58,17 +61,71 @@ void Net::set_addresses(std::vector<std::string> addrs) {
   addrs_ = std::move(addrs);
 }
 
+// Only a slot this rank let go of (disconnect: its member was dropped) takes a new process: a member
+// that merely lost its connections is still expected until the root drops it.
+bool Net::revivable_locked(int peer) const { return elastic_ && disconnected_[size_t(peer)]; }
+
+void Net::reset_slot_locked(int peer, bool reversed, bool fresh) {
+  const size_t p = size_t(peer);
+  retired_mail_.push_back(std::move(mail_[p]));
+  mail_[p] = std::make_unique<Mailbox>(desc(peer), nstreams_, &arrivals_);
+  if (chans_[p]) {
+    chans_[p]->close();
+    retired_chans_.push_back(std::move(chans_[p]));
+  }
+  for (auto& c : accepted_[p])
+    if (c) c->close();
+  accepted_[p].clear();
+  disconnected_[p] = 0;
+  reversed_[p] = reversed;
+  fresh_[p] = fresh;
+  SPARROW_INFO("rank %d: %s starts afresh (a member that rejoined)", rank_, desc(peer).c_str());
+}
+
 FrameSink* Net::on_accept(const ConnPtr& c) {
   int p = c->peer_rank(), s = c->stream();
   std::lock_guard<std::mutex> lk(mu_);
-  // Only lower ranks connect to us, each stream once.
-  if (p < 0 || p >= rank_ || s < 0 || s >= nstreams_ || !aborted_.ok()) return nullptr;
+  if (p < 0 || p >= nranks_ || p == rank_ || s < 0 || s >= nstreams_ || !aborted_.ok()) return nullptr;
+  // A restarted member of an elastic communicator (it proved the secret) takes its slot afresh.
+  if (revivable_locked(p)) reset_slot_locked(p, p > rank_, true);
+  // Otherwise only lower ranks connect to us (and a revived higher one), each stream once.
+  if (p > rank_ && !reversed_[size_t(p)]) return nullptr;
   auto& v = accepted_[p];
   if (v.size() < size_t(nstreams_)) v.resize(nstreams_);
   if (v[s]) return nullptr;
   v[s] = c;
   cv_.notify_all();
-  return mail_[p].get();
+  return mail_[size_t(p)].get();
+}
+
+void Net::disconnect(int peer, const Status& why) {
+  Mailbox* m;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (peer < 0 || peer >= nranks_ || peer == rank_) return;
+    if (chans_[size_t(peer)]) chans_[size_t(peer)]->close();
+    for (auto& c : accepted_[size_t(peer)])
+      if (c) c->close();
+    disconnected_[size_t(peer)] = 1;
+    m = mail_[size_t(peer)].get();
+  }
+  m->fail(why);
+}
+
+void Net::revive(int peer, const std::string& address) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (peer < 0 || peer >= nranks_ || peer == rank_) return;
+  const bool moved = addrs_[size_t(peer)] != address;
+  addrs_[size_t(peer)] = address;
+  // Connections the new process made into the free slot stay; anything else of the old one goes.
+  if (fresh_[size_t(peer)]) fresh_[size_t(peer)] = 0;
+  else if (moved || disconnected_[size_t(peer)] || !mail_[size_t(peer)]->failure().ok())
+    reset_slot_locked(peer, false, false);
+}
+
+Result<std::vector<uint8_t>> Net::poll(int peer, const MsgKey& k) {
+  if (peer < 0 || peer >= nranks_ || peer == rank_) return InvalidArgument("no such peer");
+  return box(peer)->recv(k, Clock::now());
 }
 
 Result<Channel*> Net::channel(int peer, Deadline d) {
@@ -78,7 +135,8 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
   if (!aborted_.ok()) return aborted_;
   if (chans_[peer]) return chans_[peer].get();
   std::vector<ConnPtr> conns;
-  if (rank_ < peer) {
+  Mailbox* box = mail_[size_t(peer)].get();
+  if ((rank_ < peer && !reversed_[size_t(peer)]) || (joiner_ && peer == 0)) {
     // Another thread may be connecting to this peer already: wait for it rather than race it.
     if (connecting_.count(peer)) {
       if (!cv_.wait_until(lk, d, [&] { return !connecting_.count(peer) || !aborted_.ok(); }))
@@ -101,7 +159,7 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
     std::vector<Result<ConnPtr>> res(nstreams_, Status(Code::kInternalError, "not connected"));
     std::vector<std::thread> ts;
     for (int s = 0; s < nstreams_; ++s)
-      ts.emplace_back([&, s] { res[s] = be_->connect(addr, peer, s, mail_[peer].get(), d); });
+      ts.emplace_back([&, s] { res[s] = be_->connect(addr, peer, s, box, d); });
     for (auto& t : ts) t.join();
     Status bad;
     for (auto& r : res) {
@@ -145,7 +203,7 @@ Status Net::connect(int peer, Deadline d) {
 
 Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline d) {
   SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
-  Status f = mail_[peer]->failure();
+  Status f = box(peer)->failure();
   if (!f.ok()) return f;
   {
     std::lock_guard<std::mutex> lk(sent_mu_);
@@ -176,7 +234,7 @@ Net::PeerTraffic Net::traffic(int peer) const {
     const auto& m = sent_[peer];
     for (auto it = m.lower_bound(lo); it != m.end() && it->first <= hi; ++it) t.sent += it->second;
   }
-  const Mailbox::Traffic m = mail_[peer]->traffic(lo, hi);
+  const Mailbox::Traffic m = box(peer)->traffic(lo, hi);
   t.received = m.bytes;
   const int64_t t0 = traffic_t0_ns_.load();
   if (m.first_ns >= 0) t.first_s = std::max(0.0, double(m.first_ns - t0) * 1e-9);
@@ -198,12 +256,12 @@ uint64_t Net::bytes_received() const {
 
 Result<std::vector<uint8_t>> Net::recv(int peer, const MsgKey& k, Deadline d) {
   SPARROW_RETURN_IF_ERROR(connect(peer, d));
-  return mail_[peer]->recv(k, d);
+  return box(peer)->recv(k, d);
 }
 
 Status Net::recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d) {
   SPARROW_RETURN_IF_ERROR(connect(peer, d));
-  return mail_[peer]->recv_into(k, dst, len, d);
+  return box(peer)->recv_into(k, dst, len, d);
 }
 
 void Net::abort(const Status& why) {
@@ -212,7 +270,9 @@ void Net::abort(const Status& why) {
     if (aborted_.ok()) aborted_ = why;
     cv_.notify_all();
   }
-  for (auto& m : mail_) m->fail(why);
+  std::vector<Mailbox*> boxes;
+  for (int r = 0; r < nranks_; ++r) boxes.push_back(box(r));
+  for (auto* m : boxes) m->fail(why);
   be_->abort(why);
 }
 

@@ -43,13 +43,25 @@ class Net {
     std::lock_guard<std::mutex> lk(mu_);
     return peer >= 0 && peer < nranks_ && chans_[peer] != nullptr;
   }
+  // Elastic membership (set_elastic() first). disconnect: closes every connection to `peer` and
+  // fails its waits (a dropped member). A later connection from that rank, proving the secret (a
+  // restarted process), starts the slot afresh, from whichever side it connects; so does revive(),
+  // which also sets the slot's new address (a member that rejoined elsewhere).
+  void set_elastic() { elastic_ = true; }
+  void disconnect(int peer, const Status& why);
+  void revive(int peer, const std::string& address);
+  // A joiner: it connects out to rank 0 itself (which does not know its address yet), and rank 0
+  // accepts that connection from a higher rank because the slot is free.
+  void set_joiner() { joiner_ = true; }
+  // A complete message `k` from `peer` if one has arrived: no waiting, no connecting.
+  Result<std::vector<uint8_t>> poll(int peer, const MsgKey& k);
   // Bumped whenever any peer's mailbox completes a message or fails (waiting for whichever peer
   // answers first: Notifier::wait).
   Notifier& arrivals() { return arrivals_; }
   // Fails every wait and connection, now and later; idempotent.
   void abort(const Status& why);
   Status aborted() const;
-  double observed_bandwidth(int peer) const { return mail_[peer]->observed_bandwidth(); }
+  double observed_bandwidth(int peer) const { return box(peer)->observed_bandwidth(); }
   // Per-peer traffic of the current operation: begin_traffic(seq_lo, seq_hi) (at the start of each
   // collective: its operation numbers) selects the messages counted; traffic() reads them, from any
   // thread. Times are seconds since begin_traffic() (0: it had arrived before).
@@ -64,8 +76,7 @@ class Net {
   // Mailbox::discard_before on every peer's mailbox; the number of messages dropped.
   size_t discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub) {
     size_t n = 0;
-    for (auto& m : mail_)
-      if (m) n += m->discard_before(comm, seq, keep_sub);
+    for (int r = 0; r < nranks_; ++r) n += box(r)->discard_before(comm, seq, keep_sub);
     return n;
   }
 
@@ -74,6 +85,14 @@ class Net {
   FrameSink* on_accept(const ConnPtr& c);
   Result<Channel*> channel(int peer, Deadline d);
   std::string desc(int peer) const;
+  // The peer's current mailbox (a revived slot gets a new one; the old ones stay alive, failed, for
+  // waiters that still hold them).
+  Mailbox* box(int peer) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return mail_[size_t(peer)].get();
+  }
+  bool revivable_locked(int peer) const;
+  void reset_slot_locked(int peer, bool reversed, bool fresh);
 
   int rank_ = 0, nranks_ = 0, nstreams_ = 1;
   std::string address_;
@@ -86,6 +105,12 @@ class Net {
   std::vector<std::vector<ConnPtr>> accepted_;  // [peer][stream]
   std::vector<std::unique_ptr<Channel>> chans_;
   std::set<int> connecting_;  // peers a thread is connecting to right now
+  bool elastic_ = false, joiner_ = false;
+  // [peer] disconnected: dropped; reversed: a higher rank connected to us (a joiner, to rank 0);
+  // fresh: a new process connected into a free slot (revive() keeps those connections).
+  std::vector<uint8_t> disconnected_, reversed_, fresh_;
+  std::vector<std::unique_ptr<Mailbox>> retired_mail_;
+  std::vector<std::unique_ptr<Channel>> retired_chans_;
   Status aborted_;
   mutable std::mutex sent_mu_;
   std::vector<std::map<uint64_t, uint64_t>> sent_;  // [peer][seq]: bytes handed to the transport

@@ -44,7 +44,10 @@ struct Plan {
   int victim = -1;      // the rank the fault hits
   int fault_step = 2;   // at this step
   Fault fault = Fault::kNone;
+  bool rejoin = false;  // a new process joins the victim's slot once it died (the root then runs until
+                        // it has had kAfterJoin steps with every rank a member again)
 };
+constexpr int kAfterJoin = 3, kMaxSteps = 400;
 
 sparrowComm_t open_comm(const sparrowUniqueId& id, int rank, int n) {
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
@@ -63,7 +66,9 @@ int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
   if (!comm) return 3;
   std::vector<double> took;
   std::vector<uint16_t> w(kCount);  // one buffer: its address keys the root's state
-  for (int s = 0; s < p.steps; ++s) {
+  int members[64], nlive = 0, whole_again = -1;
+  bool seen_drop = false;
+  for (int s = 0; s < (p.rejoin ? kMaxSteps : p.steps); ++s) {
     if (p.fault == Fault::kRootDies && s == p.fault_step) raise(SIGKILL);
     const auto next = weights(s);
     std::copy(next.begin(), next.end(), w.begin());
@@ -72,13 +77,17 @@ int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
     took.push_back(since(t0));
     if (rc != sparrowSuccess) {
       fprintf(stderr, "root step %d: %s\n", s, sparrowGetLastError(comm));
-      return 10 + s;
+      return 10 + std::min(s, 80);
     }
+    if (sparrowCommGetMembers(comm, members, 64, &nlive) != sparrowSuccess) return 4;
+    seen_drop = seen_drop || nlive < p.n;
+    if (p.rejoin && seen_drop && nlive == p.n && whole_again < 0) whole_again = s;  // the joiner's first step
+    if (p.rejoin && whole_again >= 0 && s == whole_again + kAfterJoin) break;
   }
-  int members[64], nlive = 0;
-  if (sparrowCommGetMembers(comm, members, 64, &nlive) != sparrowSuccess) return 4;
-  if (write(out, took.data(), took.size() * sizeof(double)) < 0 || write(out, &nlive, sizeof nlive) < 0 ||
-      write(out, members, size_t(nlive) * sizeof(int)) < 0)
+  if (p.rejoin && whole_again < 0) return 7;  // nobody joined
+  const int nsteps = int(took.size());
+  if (write(out, &nsteps, sizeof nsteps) < 0 || write(out, took.data(), took.size() * sizeof(double)) < 0 ||
+      write(out, &nlive, sizeof nlive) < 0 || write(out, members, size_t(nlive) * sizeof(int)) < 0)
     return 5;
   char b;
   if (read(hold, &b, 1) != 1) return 6;
@@ -107,7 +116,7 @@ int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
   sparrowComm_t comm = open_comm(id, rank, p.n);
   if (!comm) return 3;
   std::vector<uint16_t> buf(kCount, 0);
-  for (int s = 0; s < p.steps; ++s) {
+  for (int s = 0; s < (p.rejoin ? kMaxSteps : p.steps); ++s) {
     if (rank == p.victim && s == p.fault_step) hit(comm, p, buf);
     auto t0 = std::chrono::steady_clock::now();
     sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
@@ -115,8 +124,43 @@ int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
     if (rc == sparrowSuccess && buf == weights(s)) continue;
     fprintf(stderr, "rank %d step %d: %s (%.2f s)\n", rank, s, sparrowGetLastError(comm), t);
     const bool intact = buf == (s > 0 ? weights(s - 1) : std::vector<uint16_t>(kCount, 0));
+    // With a joiner the root runs until everyone is back: its going away ends the others' loops.
+    if (p.rejoin && rc == sparrowPeerLost && intact && s > p.fault_step + kAfterJoin) return 0;
     if (rc == sparrowPeerLost && t < kLeaseMs / 1000.0 + 1 && intact) return 100 + s;
     return 10 + s;
+  }
+  sparrowCommDestroy(comm);
+  return 0;
+}
+
+// The process that joins the victim's slot (forked at the start like the others): waits for the
+// test's go, joins, and checks that its first step brought the whole version of some step s0 and
+// that the next kAfterJoin steps arrive bit-exact. 0 on success; 30 + k on a failure at call k.
+int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
+  char b;
+  if (read(go, &b, 1) != 1) return 2;
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  int rank = p.victim;
+  sparrowComm_t comm = nullptr;
+  if (sparrowCommJoin(&comm, id, &cfg, &rank) != sparrowSuccess || rank != p.victim) {
+    fprintf(stderr, "join: %s\n", sparrowGetLastError(nullptr));
+    return 29;
+  }
+  std::vector<uint16_t> buf(kCount, 0);
+  int s0 = -1;
+  for (int k = 0; k <= kAfterJoin; ++k) {
+    if (sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr) != sparrowSuccess) {
+      fprintf(stderr, "joiner call %d: %s\n", k, sparrowGetLastError(comm));
+      return 30 + k;
+    }
+    if (k == 0) {
+      for (int s = p.fault_step; s < p.fault_step + 100 && s0 < 0; ++s)
+        if (buf == weights(s)) s0 = s;
+      if (s0 < 0) return 30;  // not a whole version of any step
+    } else if (buf != weights(s0 + k)) {
+      return 30 + k;
+    }
   }
   sparrowCommDestroy(comm);
   return 0;
@@ -126,6 +170,7 @@ struct Outcome {
   std::vector<int> exit;        // [rank]: exit code, or -signal
   std::vector<double> took;     // the root's seconds per step
   std::vector<int> members;     // the root's members at the end
+  int joiner_exit = -100;       // the process that joined the victim's slot (Plan::rejoin)
 };
 
 int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st); }
@@ -140,10 +185,30 @@ Outcome run(const Plan& p) {
   int out[2], hold[2];
   EXPECT_EQ(pipe(out), 0);
   EXPECT_EQ(pipe(hold), 0);
-  // Ranks are forked before this process starts any thread (the id's rendezvous store is one): a
-  // child forked while another thread holds a lock may never get it.
+  // Ranks are forked before anything starts a thread (a child forked while another thread holds a
+  // lock may never get it). Rank 0 makes the id, so its rendezvous store lives (and, elastic, serves
+  // joiners) in the root's process, as with a trainer; it comes up through `up`.
+  int up[2];
+  EXPECT_EQ(pipe(up), 0);
   std::vector<pid_t> pids;
   std::vector<int> id_fds;
+  int go[2] = {-1, -1};
+  pid_t joiner = -1;
+  if (p.rejoin) {
+    int idp[2];
+    EXPECT_EQ(pipe(idp), 0);
+    EXPECT_EQ(pipe(go), 0);
+    joiner = fork();
+    if (joiner == 0) {
+      alarm(60);
+      sparrowUniqueId id;
+      if (read(idp[0], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
+      _exit(joiner_body(id, p, go[0]));
+    }
+    close(idp[0]);
+    close(go[0]);
+    id_fds.push_back(idp[1]);
+  }
   for (int r = 0; r < p.n; ++r) {
     int idp[2];
     EXPECT_EQ(pipe(idp), 0);
@@ -151,8 +216,12 @@ Outcome run(const Plan& p) {
     if (pid == 0) {
       alarm(60);  // a hang ends as SIGALRM, not as a stuck test
       sparrowUniqueId id;
+      if (r == 0) {
+        if (sparrowGetUniqueId(&id) != sparrowSuccess || write(up[1], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
+        _exit(root_body(id, p, out[1], hold[0]));
+      }
       if (read(idp[0], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
-      _exit(r == 0 ? root_body(id, p, out[1], hold[0]) : receiver_body(id, p, r));
+      _exit(receiver_body(id, p, r));
     }
     close(idp[0]);
     pids.push_back(pid);
@@ -161,16 +230,26 @@ Outcome run(const Plan& p) {
   close(out[1]);
   close(hold[0]);
   sparrowUniqueId id;
-  EXPECT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);  // its rendezvous store serves from this process
+  EXPECT_EQ(read(up[0], &id, sizeof id), ssize_t(sizeof id));
+  close(up[0]);
+  close(up[1]);
   for (int fd : id_fds) {
     EXPECT_EQ(write(fd, &id, sizeof id), ssize_t(sizeof id));
     close(fd);
   }
   Outcome o;
   o.exit.assign(size_t(p.n), 0);
-  o.took.assign(size_t(p.steps), -1);
-  int nlive = 0;
-  if (read(out[0], o.took.data(), o.took.size() * sizeof(double)) == ssize_t(o.took.size() * sizeof(double)) &&
+  if (p.rejoin) {  // the victim dies first (it kills itself), then the new process joins its slot
+    int st = 0;
+    waitpid(pids[size_t(p.victim)], &st, 0);
+    o.exit[size_t(p.victim)] = exit_code(st);
+    EXPECT_EQ(write(go[1], "x", 1), 1);
+    close(go[1]);
+  }
+  int nlive = 0, nsteps = 0;
+  if (read(out[0], &nsteps, sizeof nsteps) == ssize_t(sizeof nsteps) && nsteps > 0 && nsteps <= kMaxSteps) o.took.assign(size_t(nsteps), -1);
+  if (!o.took.empty() &&
+      read(out[0], o.took.data(), o.took.size() * sizeof(double)) == ssize_t(o.took.size() * sizeof(double)) &&
       read(out[0], &nlive, sizeof nlive) == ssize_t(sizeof nlive) && nlive > 0 && nlive <= p.n) {
     o.members.resize(size_t(nlive));
     EXPECT_EQ(read(out[0], o.members.data(), o.members.size() * sizeof(int)), ssize_t(nlive * sizeof(int)));
@@ -182,12 +261,19 @@ Outcome run(const Plan& p) {
     waitpid(pids[size_t(p.victim)], &st, 0);
     o.exit[size_t(p.victim)] = exit_code(st);
   }
-  if (p.fault != Fault::kRootDies) EXPECT_EQ(write(hold[1], "x", 1), 1);  // (a dead root's pipe would SIGPIPE us)
+  if (p.fault != Fault::kRootDies) {  // (a dead root's pipe would SIGPIPE us)
+    EXPECT_EQ(write(hold[1], "x", 1), 1);
+  }
   for (int r = 0; r < p.n; ++r) {
-    if (p.fault == Fault::kStop && r == p.victim) continue;
+    if ((p.fault == Fault::kStop || p.rejoin) && r == p.victim) continue;
     int st = 0;
     waitpid(pids[size_t(r)], &st, 0);
     o.exit[size_t(r)] = exit_code(st);
+  }
+  if (joiner > 0) {
+    int st = 0;
+    waitpid(joiner, &st, 0);
+    o.joiner_exit = exit_code(st);
   }
   close(out[0]);
   close(hold[1]);
@@ -223,6 +309,16 @@ TEST(ElasticConfig, BadConfigsAreInvalidArgumentBeforeAnythingStarts) {
   EXPECT_EQ(comm, nullptr);
   int nlive = 0;
   EXPECT_EQ(sparrowCommGetMembers(nullptr, nullptr, 0, &nlive), sparrowInvalidArgument);
+  // sparrowCommJoin: a slot must be named, the config must be elastic.
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  int rank = 0;
+  EXPECT_EQ(sparrowCommJoin(&comm, id, nullptr, &rank), sparrowInvalidArgument) << "rank 0 is the root";
+  rank = 2;
+  EXPECT_EQ(sparrowCommJoin(&comm, id, &cfg, &rank), sparrowInvalidArgument) << "not elastic";
+  EXPECT_EQ(sparrowCommJoin(&comm, id, nullptr, nullptr), sparrowInvalidArgument);
+  cfg.elastic = 1;
+  EXPECT_EQ(sparrowCommJoin(&comm, id, &cfg, &rank), sparrowInvalidArgument) << "not a sparrow unique id";
+  EXPECT_EQ(comm, nullptr);
 }
 
 // Ranks that disagree on elastic fail at creation, every one of them, naming both kinds.
@@ -320,6 +416,23 @@ TEST(Elastic, LeafStalledInTheFirstStepIsToldItIsOut) {
   EXPECT_EQ(o.exit[2], 0);
   EXPECT_EQ(o.exit[3], 100) << "sparrowPeerLost at step 0, buffer untouched";
   EXPECT_EQ(o.members, all_but(p.n, 3));
+}
+
+// A leaf dies; a new process joins its slot (sparrowCommJoin) while the root goes on: its first step
+// brings it a whole version, the next ones deltas, bit-exact; the root lists every rank again and no
+// other rank missed a step.
+TEST(Elastic, NewProcessJoinsTheSlotOfADeadRank) {
+  Plan p;
+  p.victim = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  p.rejoin = true;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded and the slot was taken again";
+  EXPECT_EQ(o.exit[2], -SIGKILL);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed; 30 + k: its call k failed or had other bits";
+  EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 
 // The root dies between steps: every receiver returns sparrowPeerLost within the lease, its buffer

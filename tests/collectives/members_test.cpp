@@ -32,6 +32,17 @@ TEST(Members, AReceiverAdoptsTheRootsList) {
   EXPECT_EQ(m.drops(), 3u);
 }
 
+TEST(Members, AssignReturnsTheDroppedAndAdmitTakesASlotBack) {
+  Members m(4);
+  EXPECT_EQ(m.assign({0, 1, 3}), (std::vector<int>{2}));
+  EXPECT_TRUE(m.assign({0, 1, 3}).empty()) << "already out";
+  m.mark_unreachable(2);
+  m.admit(2);
+  EXPECT_TRUE(m.is_live(2));
+  EXPECT_FALSE(m.unreachable(2)) << "a new process in the slot is reachable again";
+  EXPECT_TRUE(m.all_live());
+}
+
 TEST(Members, UnreachableIsRemembered) {
   Members m(3);
   EXPECT_FALSE(m.unreachable(1));

@@ -30,6 +30,53 @@ TEST(Protocol, OpHeaderRoundTripsAndRejectsTruncation) {
   EXPECT_EQ(OpHeader::decode(m).status().code(), Code::kCorruptData);
 }
 
+TEST(Protocol, ElasticHeaderCarriesMembersAndMovedPlaces) {
+  OpHeader h;
+  h.kind = kSparse;
+  h.flags = kOpElastic;
+  h.members = {0, 1, 3};
+  h.moved = {{3, "10.0.0.7:4000", "host7", "eu"}};
+  auto m = h.encode();
+  auto d = OpHeader::decode(m);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->members, h.members);
+  ASSERT_EQ(d->moved.size(), 1u);
+  EXPECT_EQ(d->moved[0].rank, 3);
+  EXPECT_EQ(d->moved[0].address, "10.0.0.7:4000");
+  EXPECT_EQ(d->moved[0].region, "eu");
+  for (size_t n = 0; n < m.size(); ++n)
+    EXPECT_FALSE(OpHeader::decode(std::vector<uint8_t>(m.begin(), m.begin() + long(n))).ok()) << n;
+}
+
+TEST(Protocol, JoinRequestWelcomeAndReattachRoundTrip) {
+  auto place = decode_place(encode_place({2, "127.0.0.1:5", "h", "us"}));
+  ASSERT_TRUE(place.ok());
+  EXPECT_EQ(place->rank, 2);
+  EXPECT_EQ(place->host, "h");
+  Welcome w;
+  w.status = Status(Code::kPeerLost, "slot taken");
+  w.first_seq = 41;
+  w.places = {{0, "a:1", "h0", "us"}, {1, "b:2", "h1", ""}};
+  w.rtt_s = {0, 0.05};
+  w.bw_Bps = {-1, 1.25e8};
+  auto m = w.encode();
+  auto d = Welcome::decode(m);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->status.code(), Code::kPeerLost);
+  EXPECT_EQ(d->first_seq, 41u);
+  ASSERT_EQ(d->places.size(), 2u);
+  EXPECT_EQ(d->places[1].address, "b:2");
+  EXPECT_EQ(d->rtt_s, w.rtt_s);
+  EXPECT_EQ(d->bw_Bps, w.bw_Bps);
+  for (size_t n = 0; n < m.size(); ++n)
+    EXPECT_FALSE(Welcome::decode(std::vector<uint8_t>(m.begin(), m.begin() + long(n))).ok()) << n;
+  auto r = decode_reattach(reattach_request(7));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), 7u);
+  EXPECT_FALSE(decode_reattach(reattach_request(0)).ok()) << "part 0 (the header) is never re-sent";
+  EXPECT_FALSE(decode_reattach({1, 2, 3}).ok());
+}
+
 TEST(Protocol, AckCarriesStatusResyncAndVersion) {
   Ack a{Status(Code::kTimeout, "no part 4 of operation 9 from rank 0"), true, 41};
   auto d = Ack::decode(a.encode(), "rank 2");

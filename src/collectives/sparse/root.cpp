@@ -196,7 +196,9 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   std::erase_if(resync, [&](const auto& kv) { return !e.members.is_live(kv.first); });
   // A child lost on the way is dropped from this operation (its acknowledgement reports it).
   Fanout out(w, kids, false);
-  Frame header = share(sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr).encode());
+  OpHeader hdr = sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr);
+  for (auto& [r, place] : e.moved) hdr.moved.push_back(place);
+  Frame header = share(hdr.encode());
   if (elastic) send_header_to_all(e, w, header);
   else out.send(0, header);
   state.advance(Phase::kStream);

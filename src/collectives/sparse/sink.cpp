@@ -1,5 +1,7 @@
 #include "collectives/sparse/sink.h"
 
+#include "collectives/elastic.h"
+
 #include <algorithm>
 
 #include "core/log.h"
@@ -97,7 +99,7 @@ Result<Frame> SparseSink::elastic_header() {
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
   if (!(h.flags & kOpElastic))
     return Error(Code::kInvalidUsage, "rank " + std::to_string(root_) + " runs this communicator as a fixed one");
-  e_.members.assign(h.members);
+  apply_membership(e_, h);
   if (!e_.members.is_live(e_.rank())) {
     dropped_ = true;
     return Error(Code::kPeerLost, "rank " + std::to_string(e_.rank()) + " is no longer a member of this elastic "
