@@ -19,7 +19,7 @@ t0=$(date +%s)
 cmake --build --preset "$kind" -j"$jobs"
 t1=$(date +%s)
 # Collectives and transports (every backend this build has), the units under them, the C API.
-filter=${SANITIZE_FILTER:-'Handshake*:Protocol*:AckWindow*:Relay*:OpState*:Transports/*:Algorithms/*:Backends/*:ChannelTest*:MailboxTest*:NetProcess*:TcpBackendTest*:LoopbackFaults*:Sha256*:UniqueId*:Store*:CommTest*:AbortTest*:SparseBcastProcesses*:RetainTest*:Delta*:Extract*:Checkpoint*:Api*'}
+filter=${SANITIZE_FILTER:-'Handshake*:Protocol*:AckWindow*:Relay*:OpState*:Transports/*:Algorithms/*:Backends/*:ChannelTest*:MailboxTest*:NetProcess*:TcpBackendTest*:LoopbackFaults*:Sha256*:UniqueId*:Store*:CommTest*:AbortTest*:SparseBcastProcesses*:RetainTest*:Delta*:Extract*:Checkpoint*:Api*:Elastic*:Members*'}
 # ThreadSanitizer: built without UCX (libucm interposes mmap/munmap/madvise ahead of TSan's
 # interceptors, and TSan then crashes or misreports reused memory; UCX runs under asan). Extraction
 # runs on AVX2: TSan misattributes unaligned 512-bit loads (false races between adjacent chunks, and
@@ -29,7 +29,7 @@ if [ "$kind" = tsan ]; then
   export SPARROW_CPU_ISA=${SPARROW_CPU_ISA:-avx2}
   # Forked ranks: TSan does not support a child that starts threads after a multi-threaded fork.
   [ -n "${SANITIZE_FILTER:-}" ] ||
-    filter="$filter-Extract.EveryIsaMatchesScalarOracle:Delta.OutputIndependentOfThreadsAndIsa:NetProcess.*:SparseBcastProcesses.*"
+    filter="$filter-Extract.EveryIsaMatchesScalarOracle:Delta.OutputIndependentOfThreadsAndIsa:NetProcess.*:SparseBcastProcesses.*:Elastic.*"
 fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_suppressions=0}

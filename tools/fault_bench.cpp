@@ -4,7 +4,8 @@
 // leaf; sometimes mid-step, sometimes between steps). It counts hangs (a rank still running after its
 // watchdog), wrong bits (a call that returned success with a buffer other than the root's version),
 // torn buffers (a failed call that left neither the old nor the new version) and survivors that missed
-// a step, and reports the root's time for the affected step against a normal one.
+// a step, and reports the root's time for the affected step against a normal one. After half of the
+// kills a replacement process joins the dead rank's slot and must get bit-exact steps from then on.
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -40,7 +41,8 @@ enum class Fault { kKill, kStop };
 struct Plan {
   int victim = 1, step = 2;
   Fault fault = Fault::kKill;
-  int delay_us = 0;  // after the root starts that step
+  int delay_us = 0;    // after the root starts that step
+  bool rejoin = false;  // a new process joins the killed victim's slot (sparrowCommJoin)
 };
 
 // Exit codes of a rank (a signal shows as -signal).
@@ -117,7 +119,38 @@ int receiver_rank(int id_fd, const Options& o, int rank) {
   return kOk;
 }
 
+// The replacement: waits for the go, joins the victim's slot, then takes every step until the root
+// goes away; its first step must be a whole version of some step, the next ones the steps after it.
+constexpr int kJoinFailed = 20, kJoinedNoStep = 21;
+int joiner_rank(int id_fd, int go, const Options& o, int slot) {
+  sparrowUniqueId id;
+  char b;
+  if (read(id_fd, &id, sizeof id) != ssize_t(sizeof id) || read(go, &b, 1) != 1) return kInit;
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  sparrowComm_t comm = nullptr;
+  int rank = slot;
+  if (sparrowCommJoin(&comm, id, &cfg, &rank) != sparrowSuccess) return kJoinFailed;
+  Weights w(o.elems);
+  std::vector<uint16_t> buf(o.elems, 0);
+  int s = -1, got = 0;
+  for (;;) {
+    std::vector<uint16_t> old = buf;
+    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, comm, nullptr);
+    if (rc != sparrowSuccess) return got ? (buf == old ? kOk : kTorn) : kJoinedNoStep;  // the root went away
+    if (s < 0) {  // which step's whole version arrived
+      for (s = 0; s < o.steps && buf != w.w; ++s) w.step(s + 1);
+      if (s >= o.steps) return kWrongBits;
+    } else {
+      w.step(++s);
+      if (buf != w.w) return kWrongBits + std::min(s, 19);
+    }
+    ++got;
+  }
+}
+
 struct RunResult {
+  int joiner = -100;  // the replacement's exit (Plan::rejoin)
   std::vector<int> exit;
   std::vector<double> step_s;  // the root's
   int affected = -1;           // the step during which the fault was injected
@@ -164,6 +197,24 @@ RunResult run_once(const Options& o, const Plan& plan) {
   if (pipe(out) != 0 || pipe(hold) != 0) return r;
   std::vector<pid_t> pids;
   std::vector<int> id_fds;
+  int go[2] = {-1, -1};
+  pid_t joiner = -1;
+  if (plan.rejoin) {  // forked first too, idle until the victim is gone
+    int idp[2];
+    if (pipe(idp) != 0 || pipe(go) != 0) return r;
+    joiner = fork();
+    if (joiner == 0) {
+      alarm(unsigned(60 + o.steps * 2 + o.lease_ms / 100));
+      close(out[0]);
+      close(out[1]);
+      close(hold[0]);
+      close(hold[1]);
+      _exit(joiner_rank(idp[0], go[0], o, plan.victim));
+    }
+    close(idp[0]);
+    close(go[0]);
+    id_fds.push_back(idp[1]);
+  }
   for (int rank = 0; rank < o.ranks; ++rank) {  // forked before this process has any thread
     int idp[2];
     if (pipe(idp) != 0) return r;
@@ -199,9 +250,19 @@ RunResult run_once(const Options& o, const Plan& plan) {
     while (now_ns() < at) poll(nullptr, 0, 1);  // the injection's moment
     hit_at = now_ns();
     kill(pids[size_t(plan.victim)], plan.fault == Fault::kKill ? SIGKILL : SIGSTOP);
+    if (plan.rejoin) {
+      int st = 0;
+      waitpid(pids[size_t(plan.victim)], &st, 0);  // killed: gone at once
+      r.exit.assign(size_t(o.ranks), 0);
+      r.exit[size_t(plan.victim)] = exit_code(st);
+      (void)!write(go[1], "x", 1);
+    }
   }
+  if (plan.rejoin) close(go[1]);
   read_until(out[0], -1, start, r.step_s, wait_ms);  // to the root's last record
+  const int victim_exit = r.exit.empty() ? 0 : r.exit[size_t(plan.victim)];
   r.exit.assign(size_t(o.ranks), 0);
+  r.exit[size_t(plan.victim)] = victim_exit;
   if (plan.fault == Fault::kStop) kill(pids[size_t(plan.victim)], SIGCONT);
   int st = 0;
   if (plan.fault == Fault::kStop) {  // it learns it was dropped while the root still runs
@@ -210,9 +271,14 @@ RunResult run_once(const Options& o, const Plan& plan) {
   }
   (void)!write(hold[1], "x", 1);
   for (int rank = 0; rank < o.ranks; ++rank) {
-    if (plan.fault == Fault::kStop && rank == plan.victim) continue;
+    if ((plan.fault == Fault::kStop || plan.rejoin) && rank == plan.victim) continue;
     waitpid_bounded(pids[size_t(rank)], &st, 60);
     r.exit[size_t(rank)] = st == -1 ? -1 : exit_code(st);
+  }
+  if (joiner > 0) {
+    waitpid_bounded(joiner, &st, 60);
+    r.joiner = st == -1 ? -1 : exit_code(st);
+    r.hang = r.hang || r.joiner == -1 || r.joiner == -SIGALRM;
   }
   for (int e : r.exit) r.hang = r.hang || e == -1 || e == -SIGALRM;
   // The step the fault landed in, or the next one when that is the slower (a rank stopped after it
@@ -235,7 +301,8 @@ void usage() {
   printf("usage: %s [--runs 20] [--seed 1] [--ranks 8] [--regions 4] [--steps 20] [--elems 1M]\n"
          "          [--lease-ms 1500] [--algo region_tree] [--json]\n"
          "Randomized faults on an elastic communicator of forked processes over loopback: per run, one\n"
-         "random receiver (relay or leaf) is SIGKILLed or SIGSTOPped at a random moment of a random step.\n"
+         "random receiver (relay or leaf) is SIGKILLed or SIGSTOPped at a random moment of a random step;\n"
+         "after half of the kills a new process joins the dead rank's slot (sparrowCommJoin).\n"
          "Reports hangs, wrong-bit and torn outcomes, survivors that missed a step, and the root's time\n"
          "for the affected step against a normal one. Exit status 1 if any of those counts is not 0.\n"
          "  --runs N       runs, 1..100000 (default 20)\n"
@@ -285,11 +352,13 @@ Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   p.step = 2 + int(rng() % uint64_t(o.steps - 4));
   p.fault = rng() % 2 ? Fault::kKill : Fault::kStop;
   p.delay_us = int(rng() % uint64_t(std::max(1000.0, 2e6 * normal_s)));
+  p.rejoin = p.fault == Fault::kKill && rng() % 2;
   return p;
 }
 
 struct Tally {
   int runs = 0, hangs = 0, wrong_bits = 0, torn = 0, survivors_missed = 0, root_failed = 0, kills = 0, stops = 0;
+  int joins = 0, joined = 0, join_failed = 0;
   std::vector<double> normal, affected, affected_kill, affected_stop;
 };
 
@@ -303,6 +372,13 @@ void account(Tally& t, const Plan& plan, const RunResult& r) {
     if (e >= kTorn && e < kFailedIntact) t.torn++;
     if (rank == 0 && e != kOk) t.root_failed++;
     if (rank != 0 && int(rank) != plan.victim && e != kOk) t.survivors_missed++;
+  }
+  if (plan.rejoin) {
+    t.joins++;
+    t.joined += r.joiner == kOk;
+    t.join_failed += r.joiner == kJoinFailed || r.joiner == kJoinedNoStep;
+    if (r.joiner >= kWrongBits && r.joiner < kTorn) t.wrong_bits++;
+    if (r.joiner == kTorn) t.torn++;
   }
   for (size_t s = 1; s < r.step_s.size(); ++s) {  // step 0 (the first, full one) is not a normal step
     if (r.step_s[s] < 0) continue;
@@ -321,11 +397,12 @@ void report(const Options& o, const Tally& t) {
   if (o.json) {
     printf("{\"runs\":%d,\"seed\":%llu,\"ranks\":%d,\"regions\":%d,\"steps\":%d,\"elems\":%llu,\"lease_ms\":%d,"
            "\"algo\":\"%s\",\"kills\":%d,\"stops\":%d,\"hangs\":%d,\"wrong_bits\":%d,\"torn\":%d,"
-           "\"survivors_missed_a_step\":%d,\"root_failed\":%d,\"normal_step_s\":{\"p50\":%.4f,\"p90\":%.4f},"
+           "\"survivors_missed_a_step\":%d,\"root_failed\":%d,\"joins\":%d,\"joined\":%d,\"join_failed\":%d,\"normal_step_s\":{\"p50\":%.4f,\"p90\":%.4f},"
            "\"affected_step_s\":{\"n\":%zu,\"p50\":%.4f,\"p90\":%.4f,\"max\":%.4f},"
            "\"affected_by_sigkill_s\":{\"p50\":%.4f,\"max\":%.4f},\"affected_by_sigstop_s\":{\"p50\":%.4f,\"max\":%.4f}}\n",
            t.runs, (unsigned long long)o.seed, o.ranks, o.regions, o.steps, (unsigned long long)o.elems, o.lease_ms,
-           o.algo.c_str(), t.kills, t.stops, t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed, n50,
+           o.algo.c_str(), t.kills, t.stops, t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed, t.joins,
+           t.joined, t.join_failed, n50,
            percentile(t.normal, 0.9), t.affected.size(), a50, a90, amax, percentile(t.affected_kill, 0.5),
            percentile(t.affected_kill, 1.0), percentile(t.affected_stop, 0.5), percentile(t.affected_stop, 1.0));
     return;
@@ -335,6 +412,8 @@ void report(const Options& o, const Tally& t) {
          o.algo.c_str());
   printf("  hangs %d, wrong bits %d, torn buffers %d, survivors that missed a step %d, root calls failed %d\n",
          t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed);
+  printf("  replacements joining a killed rank's slot: %d, took part bit-exact %d, not admitted before the end %d\n",
+         t.joins, t.joined, t.join_failed);
   printf("  root's step: normal p50 %.1f ms; affected (n=%zu) p50 %.1f ms, p90 %.1f ms, max %.1f ms "
          "(lease %d ms)\n", n50 * 1e3, t.affected.size(), a50 * 1e3, a90 * 1e3, amax * 1e3, o.lease_ms);
   printf("  affected by SIGKILL: p50 %.1f ms, max %.1f ms; by SIGSTOP: p50 %.1f ms, max %.1f ms; "
@@ -361,9 +440,10 @@ int main(int argc, char** argv) {
     account(t, plan, r);
     if (!t.normal.empty()) normal_s = percentile(t.normal, 0.5);
     if (!o.json)
-      fprintf(stderr, "run %d: rank %d %s at step %d +%.1f ms (affected step %d: %.1f ms); exits", i + 1, plan.victim,
-              plan.fault == Fault::kKill ? "SIGKILL" : "SIGSTOP", plan.step, plan.delay_us / 1e3, r.affected,
-              r.affected >= 0 ? r.step_s[size_t(r.affected)] * 1e3 : -1.0);
+      fprintf(stderr, "run %d: rank %d %s at step %d +%.1f ms%s (affected step %d: %.1f ms); joiner %d; exits", i + 1,
+              plan.victim, plan.fault == Fault::kKill ? "SIGKILL" : "SIGSTOP", plan.step, plan.delay_us / 1e3,
+              plan.rejoin ? ", replaced" : "", r.affected, r.affected >= 0 ? r.step_s[size_t(r.affected)] * 1e3 : -1.0,
+              r.joiner);
     if (!o.json)
       for (int e : r.exit) fprintf(stderr, " %d", e);
     if (!o.json) fprintf(stderr, "\n");

@@ -447,3 +447,61 @@ TEST(Elastic, RootDeathReachesEveryReceiverWithItsBufferIntact) {
 }
 
 }  // namespace
+
+namespace {
+
+// Ranks as threads (so ThreadSanitizer sees the elastic paths too): a member is aborted between two
+// steps (its connections close, like a process that died); the root drops it and the others succeed.
+TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "chain", 1);  // 0 -> 1 -> 2 -> 3: the aborted rank 1 is a relay
+  sparrow::params::clear_overrides();
+  const int n = 4;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c(n, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = 2000;
+      EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
+    });
+  for (auto& t : ts) t.join();
+  ts.clear();
+  std::vector<uint16_t> src(1 << 16);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i * 7);
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
+  std::vector<sparrowResult_t> rc(n);
+  auto step = [&](const std::vector<int>& ranks) {
+    for (int r : ranks)
+      ts.emplace_back([&, r] {
+        rc[size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, src.size(),
+                                           sparrowBfloat16, 0, c[size_t(r)], nullptr);
+      });
+    for (auto& t : ts) t.join();
+    ts.clear();
+  };
+  step({0, 1, 2, 3});
+  for (int r = 0; r < n; ++r) EXPECT_EQ(rc[size_t(r)], sparrowSuccess);
+  ASSERT_EQ(sparrowCommAbort(c[1]), sparrowSuccess);
+  c[1] = nullptr;
+  for (int s = 1; s < 4; ++s) {
+    src[size_t(s) * 100] ^= 0x55;
+    step({0, 2, 3});
+    for (int r : {0, 2, 3}) EXPECT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << " step " << s;
+    for (int r : {2, 3}) EXPECT_EQ(dst[size_t(r)], src) << "rank " << r << " step " << s;
+  }
+  int live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 2, 3}));
+  ASSERT_EQ(sparrowCommGetMembers(c[3], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(nlive, 3) << "a receiver learns the members from the header";
+  for (int r : {0, 2, 3}) sparrowCommDestroy(c[size_t(r)]);
+  unsetenv("SPARROW_PROBE_MS");
+  unsetenv("SPARROW_ALGO");
+  sparrow::params::clear_overrides();
+}
+
+}  // namespace
