@@ -282,7 +282,16 @@ def spawn(n, steps, extra_env=None):
 
 
 def test_from_env_processes_and_killed_worker_is_peer_lost():
-    procs = spawn(3, 4)
+    procs, out0, out1 = run_killing_rank_2(3, 4)
+    assert "rank 0 step 1 ok" in out0 and "rank 1 step 1 ok" in out1, (out0, out1)
+    assert "PeerLost" in out0 or "PeerLost" in out1, (out0, out1)
+    assert procs[0].returncode == 3 or procs[1].returncode == 3, (out0, out1)
+
+
+def run_killing_rank_2(n, steps, extra_env=None):
+    """Spawns the workers, kills rank 2 once it parks after step 1, lets the root go on; ends every
+    process it started. (procs, out0, out1)."""
+    procs = spawn(n, steps, extra_env)
     try:
         out0, out1 = kill_parked_rank_2(procs)
     finally:
@@ -290,9 +299,7 @@ def test_from_env_processes_and_killed_worker_is_peer_lost():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert "rank 0 step 1 ok" in out0 and "rank 1 step 1 ok" in out1, (out0, out1)
-    assert "PeerLost" in out0 or "PeerLost" in out1, (out0, out1)
-    assert procs[0].returncode == 3 or procs[1].returncode == 3, (out0, out1)
+    return procs, out0, out1
 
 
 def kill_parked_rank_2(procs):
@@ -313,14 +320,7 @@ def kill_parked_rank_2(procs):
 
 
 def test_elastic_communicator_drops_a_killed_worker_and_the_others_succeed():
-    procs = spawn(3, 4, {"ELASTIC": "1"})
-    try:
-        out0, out1 = kill_parked_rank_2(procs)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    procs, out0, out1 = run_killing_rank_2(3, 4, {"ELASTIC": "1"})
     assert procs[0].returncode == 0 and procs[1].returncode == 0, (out0, out1)
     assert "rank 0 step 3 ok" in out0 and "rank 1 step 3 ok" in out1, (out0, out1)
     assert "rank 0 members [0, 1]" in out0, out0

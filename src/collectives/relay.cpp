@@ -59,6 +59,18 @@ void Fanout::set_children(std::vector<int> children) {
   live_ = kids_;
 }
 
+void Fanout::preconnect(transport::Deadline d) {
+  std::vector<int> to;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    to = live_;
+  }
+  for (int kid : to) {
+    Status s = w_.net.connect(kid, d);
+    if (!s.ok()) drop(kid, s);
+  }
+}
+
 std::vector<int> Fanout::lost() const {
   std::lock_guard<std::mutex> lk(mu_);
   return lost_;

@@ -41,6 +41,9 @@ class Fanout {
   std::vector<int> lost() const;
   // Before anything was sent: the children (an elastic receiver learns them from the header).
   void set_children(std::vector<int> children);
+  // Establishes the connection to every child by `d` (elastic: a member that cannot be reached within
+  // the lease does not hold up its siblings for the whole timeout); a child that fails is dropped.
+  void preconnect(transport::Deadline d);
 
  private:
   void drop(int kid, const Status& why);
@@ -62,6 +65,7 @@ class Relay {
   // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The root
   // itself is awaited at most `lease_s` per part.
   void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s);
+  void preconnect(transport::Deadline d) { out_.preconnect(d); }
   // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
   // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);

@@ -90,6 +90,10 @@ FrameSink* Net::on_accept(const ConnPtr& c) {
   if (revivable_locked(p)) reset_slot_locked(p, p > rank_, true);
   // Otherwise only lower ranks connect to us (and a revived higher one), each stream once.
   if (p > rank_ && !reversed_[size_t(p)]) return nullptr;
+  // A joiner connects again only after its previous attempt failed: start its slot over rather than
+  // keep half of the old attempt's streams.
+  if (reversed_[size_t(p)] && size_t(s) < accepted_[p].size() && accepted_[p][size_t(s)])
+    reset_slot_locked(p, true, true);
   auto& v = accepted_[p];
   if (v.size() < size_t(nstreams_)) v.resize(nstreams_);
   if (v[s]) return nullptr;

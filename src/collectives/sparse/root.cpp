@@ -199,8 +199,12 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   OpHeader hdr = sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr);
   for (auto& [r, place] : e.moved) hdr.moved.push_back(place);
   Frame header = share(hdr.encode());
-  if (elastic) send_header_to_all(e, w, header);
-  else out.send(0, header);
+  if (elastic) {
+    send_header_to_all(e, w, header);
+    out.preconnect(transport::deadline_in(e.comm.lease_s()));
+  } else {
+    out.send(0, header);
+  }
   state.advance(Phase::kStream);
   std::vector<const void*> src;
   for (auto& b : bufs) src.push_back(b.send);

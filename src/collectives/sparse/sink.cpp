@@ -110,6 +110,7 @@ Result<Frame> SparseSink::elastic_header() {
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
   relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
                         reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()));
+  relay_.preconnect(transport::deadline_in(e_.comm.lease_s()));
   return f;
 }
 
@@ -199,6 +200,11 @@ Phase SparseSink::on_ack() {
   uint64_t holds = 0;  // what a catch-up may start from (0: a full snapshot)
   if (!result_.ok() && resync_) {
     need_resync_ = true;  // the resync itself failed: a full snapshot next time
+  } else if (!result_.ok() && result_.code() != Code::kVersionMismatch && result_.code() != Code::kInvalidUsage) {
+    // It failed here (a timeout, a lost parent, corrupt data) and holds its last version, untouched:
+    // the next operation brings it the deltas it missed (the root reports no error for it).
+    need_resync_ = true;
+    holds = rv_->st.version;
   } else if (result_.code() == Code::kVersionMismatch) {
     // Behind (it holds an older version, untouched): the deltas it missed will do. Written to since
     // its last step: only a full snapshot.
