@@ -2,6 +2,8 @@
 
 #include <strings.h>
 
+#include "core/strings.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -24,13 +26,6 @@ struct State {
 State& state() {
   static State* s = new State();  // never destroyed: params may be read during static destruction
   return *s;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
 }
 
 void load_file_locked(State& st) {

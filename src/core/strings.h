@@ -18,4 +18,12 @@ inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   }
 }
 
+// Without leading and trailing blanks (spaces, tabs, CR, LF).
+inline std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
 }  // namespace sparrow

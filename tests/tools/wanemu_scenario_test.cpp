@@ -73,5 +73,81 @@ TEST(WanemuScenario, ClearErrors) {
   EXPECT_EQ(load_scenario("/no/such/file.toml").status().code(), Code::kInvalidArgument);
 }
 
+TEST(WanemuScenario, FaultWordsAndTheirErrors) {
+  auto f = parse_fault({"stall", "eu", "us", "--for", "2.5"});
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->kind, Fault::Kind::kStall);
+  EXPECT_EQ(f->target, "eu");
+  EXPECT_EQ(f->peer, "us");
+  EXPECT_EQ(f->for_s, 2.5);
+  EXPECT_EQ(describe(*f), "stall eu <-> us for 2.5 s");
+  auto k = parse_fault({"kill", "host:eu-0", "--leaves"});
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(k->leaves);
+  EXPECT_EQ(describe(parse_fault({"partition", "ap"}).value()), "partition ap from the rest until the end");
+  auto bad = [](std::vector<std::string> w, const char* needle) {
+    auto r = parse_fault(w);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  bad({}, "nothing given");
+  bad({"explode", "eu"}, "unknown kind 'explode'");
+  bad({"stall", "eu"}, "stall needs --for");
+  bad({"stall", "eu", "--for", "0"}, "--for needs seconds");
+  bad({"stop", "eu", "--for", "soon"}, "--for needs seconds");
+  bad({"stop", "eu", "--for"}, "--for needs seconds");
+  bad({"kill", "eu", "--for", "3"}, "kill takes no --for");
+  bad({"kill"}, "needs a TARGET");
+  bad({"kill", "a", "b"}, "too many targets");
+  bad({"partition", "a", "--leaves"}, "--leaves is for kill and stop");
+  bad({"stop", "a", "--slowly"}, "unknown option '--slowly'");
+}
+
+TEST(WanemuScenario, ScheduledFaultsAndTargets) {
+  auto s = parse_scenario(R"(
+[[host]]
+name = "us"
+region = "us"
+count = 2
+[[host]]
+name = "eu"
+region = "eu"
+count = 2
+[[fault]]
+at_s = 3
+kind = "stop"
+target = "host:eu-1"
+for_s = 1
+leaves = true
+[[fault]]
+at_s = 1.5
+kind = "partition"
+target = "eu"
+peer = "us"
+)");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ASSERT_EQ(s->faults.size(), 2u);
+  EXPECT_EQ(s->faults[0].kind, Fault::Kind::kPartition);  // by at_s
+  EXPECT_EQ(s->faults[0].at_s, 1.5);
+  EXPECT_EQ(s->faults[1].for_s, 1);
+  EXPECT_TRUE(s->faults[1].leaves);
+  EXPECT_EQ(s->resolve("eu").value(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(s->resolve("host:eu-1").value(), (std::vector<int>{3}));
+  EXPECT_EQ(s->resolve("us-0").value(), (std::vector<int>{0}));
+  EXPECT_EQ(s->resolve("1").value(), (std::vector<int>{1}));
+  EXPECT_FALSE(s->resolve("4").ok());
+  EXPECT_FALSE(s->resolve("region:us-0").ok());
+  auto bad = [](const std::string& fault, const char* needle) {
+    auto r = parse_scenario("[[host]]\nname = \"h\"\nregion = \"r\"\n[[fault]]\n" + fault);
+    ASSERT_FALSE(r.ok()) << fault;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  bad("kind = \"kill\"\ntarget = \"h\"\n", "needs at_s");
+  bad("at_s = 1\nkind = \"kill\"\ntarget = \"mars\"\n", "'mars' names no region");
+  bad("at_s = 1\nkind = \"stall\"\ntarget = \"h\"\n", "stall needs --for");
+  bad("at_s = 1\nkind = \"kill\"\ntarget = \"h\"\nleaves = maybe\n", "leaves = maybe");
+  bad("at_s = 1\nkind = \"kill\"\ntarget = \"h\"\nwhen = 3\n", "unknown fault key 'when'");
+}
+
 }  // namespace
 }  // namespace sparrow::wanemu

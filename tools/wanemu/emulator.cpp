@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,9 +83,29 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : order > o.order; }
 };
 
+struct Cut {
+  std::vector<bool> a, b;  // by host
+  int64_t until;
+  bool hold;
+};
+
+// Whether a packet from src to dst entering at t is dropped by a fault; a stall only moves
+// *held_until (the latest end of the stalls on its path). Expired faults are forgotten.
+bool cut_path(std::vector<Cut>& cuts, int src, int dst, int64_t t, int64_t* held_until) {
+  std::erase_if(cuts, [t](const Cut& c) { return c.until <= t; });
+  bool drop = false;
+  for (const Cut& c : cuts) {
+    if (!((c.a[size_t(src)] && c.b[size_t(dst)]) || (c.b[size_t(src)] && c.a[size_t(dst)]))) continue;
+    if (c.hold) *held_until = std::max(*held_until, c.until);
+    else drop = true;
+  }
+  return drop;
+}
+
 }  // namespace
 
 struct Emulator::Impl {
+  std::vector<Cut> cuts;
   std::vector<Access> up, down;
   std::vector<std::vector<Path>> paths;  // [src][dst]
   std::map<uint32_t, int> by_addr;       // IPv4 (host order) -> host
@@ -94,6 +115,20 @@ struct Emulator::Impl {
   mutable std::mutex mu;
   std::vector<Counters> ctr;
 };
+
+void Emulator::cut(std::vector<int> a, std::vector<int> b, int64_t until_ns, bool hold) {
+  const size_t n = rt_.size();
+  Cut c{std::vector<bool>(n), std::vector<bool>(n), until_ns, hold};
+  for (int h : a) c.a[size_t(h)] = true;
+  for (int h : b) c.b[size_t(h)] = true;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->cuts.push_back(std::move(c));
+}
+
+uint64_t Emulator::netns_inode(int host) const {
+  struct stat st{};
+  return fstat(rt_[size_t(host)].nsfd, &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
 
 bool can_emulate(std::string* why) {
   if (geteuid() != 0) {
@@ -252,6 +287,11 @@ void Emulator::route() {
           im.ctr[src].loss_drops++;
           continue;
         }
+        int64_t held_until = 0;
+        if (cut_path(im.cuts, int(src), dst, t, &held_until)) {
+          im.ctr[src].fault_drops++;
+          continue;
+        }
         int64_t departed;
         if (!enqueue_link(im.up[src], t, size_t(r), &departed)) {
           im.ctr[src].queue_drops++;
@@ -260,7 +300,7 @@ void Emulator::route() {
         double delay_ms = path.link ? path.link->delay_ms : (s_.hosts[src].region == s_.hosts[dst].region ? s_.default_delay_ms : 0);
         double jitter_ms = path.link ? path.link->jitter_ms : 0;
         int64_t arrive = departed + int64_t(delay_ms * 1e6 + (jitter_ms > 0 ? U(im.rng) * jitter_ms * 1e6 : 0));
-        arrive = std::max(arrive, path.last_arrival);  // jitter never reorders a path
+        arrive = std::max({arrive, held_until, path.last_arrival});  // jitter never reorders a path
         path.last_arrival = arrive;
         auto p = std::make_shared<Packet>();
         p->data.assign(buf.begin(), buf.begin() + r);

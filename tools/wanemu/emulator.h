@@ -24,7 +24,7 @@ struct HostRuntime {
 };
 
 struct Counters {
-  uint64_t packets = 0, bytes = 0, queue_drops = 0, loss_drops = 0;
+  uint64_t packets = 0, bytes = 0, queue_drops = 0, loss_drops = 0, fault_drops = 0;
 };
 
 class Emulator {
@@ -37,6 +37,11 @@ class Emulator {
   // Runs argv inside host i's namespace (fork + setns + exec), with the WANEMU_* environment.
   Result<pid_t> spawn(int host, const std::vector<std::string>& argv, bool quiet = false) const;
   std::vector<Counters> counters() const;
+  // A network fault: packets from a host in `a` to one in `b` or back that enter the emulator before
+  // `until_ns` (CLOCK_MONOTONIC) are dropped, or with `hold` kept until then and delivered after.
+  void cut(std::vector<int> a, std::vector<int> b, int64_t until_ns, bool hold);
+  // The inode of host i's network namespace (to find the processes inside it).
+  uint64_t netns_inode(int host) const;
   void stop();
 
  private:

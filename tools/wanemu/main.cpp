@@ -4,7 +4,8 @@
 //   wanemu run SCENARIO.toml --launcher -- mpirun ... wanemu enter -- PROG
 //                                                           one launcher in the host namespace; each
 //                                                           MPI rank enters the host of its rank
-//   wanemu selftest                                         rate, RTT and loss behaviour checks
+//   wanemu fault KIND TARGET [PEER] [--for S] [--leaves]    inject a fault into the running emulation
+//   wanemu selftest                                         rate, RTT, loss and fault behaviour checks
 //   wanemu check SCENARIO.toml                              parse and print a scenario
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 
 #include "core/strings.h"
 #include "tools/wanemu/emulator.h"
+#include "tools/wanemu/faults.h"
 #include "tools/wanemu/proxy.h"
 
 using namespace sparrow;
@@ -45,6 +47,14 @@ void usage(FILE* f) {
   fprintf(f,
           "usage: wanemu run SCENARIO.toml [--stats] [--launcher] [--proxy] -- CMD [ARGS...]\n"
           "       wanemu enter -- PROG [ARGS...]      (inside `run --launcher`, e.g. under mpirun)\n"
+          "       wanemu fault KIND TARGET [PEER] [--for S] [--leaves]   (inside `run`: WANEMU_CONTROL)\n"
+          "           kill TARGET [--leaves]            SIGKILL the processes the run started on the target hosts\n"
+          "           stop TARGET [--for S] [--leaves]  SIGSTOP them (SIGCONT after S seconds)\n"
+          "           partition TARGET [PEER] [--for S] drop every packet between TARGET and PEER (default: the rest)\n"
+          "           stall TARGET [PEER] --for S       hold those packets for S seconds, then deliver them\n"
+          "         TARGET/PEER: a region, a host name or a host index (region:NAME, host:NAME to be explicit);\n"
+          "         --leaves: only processes without children (an MPI rank, not its orted). Scenarios may\n"
+          "         schedule the same as [[fault]] tables (at_s, kind, target, peer, for_s, leaves).\n"
           "       wanemu selftest                     (needs root and /dev/net/tun; iperf3)\n"
           "       wanemu check SCENARIO.toml\n"
           "Each emulated host is a network namespace with a TUN device (10.77.<region>.<host>);\n"
@@ -124,11 +134,11 @@ void end_descendants() {
 }
 
 void print_counters(const Scenario& s, const std::vector<Counters>& c) {
-  fprintf(stderr, "wanemu: %-16s %10s %12s %10s %10s\n", "host", "packets", "bytes", "q-drops", "loss");
+  fprintf(stderr, "wanemu: %-16s %10s %12s %10s %10s %10s\n", "host", "packets", "bytes", "q-drops", "loss", "faults");
   for (size_t i = 0; i < c.size(); ++i)
-    fprintf(stderr, "wanemu: %-16s %10llu %12llu %10llu %10llu\n", s.hosts[i].name.c_str(),
+    fprintf(stderr, "wanemu: %-16s %10llu %12llu %10llu %10llu %10llu\n", s.hosts[i].name.c_str(),
             (unsigned long long)c[i].packets, (unsigned long long)c[i].bytes, (unsigned long long)c[i].queue_drops,
-            (unsigned long long)c[i].loss_drops);
+            (unsigned long long)c[i].loss_drops, (unsigned long long)c[i].fault_drops);
 }
 
 // Starts the command once per host; on a failure stops the ones started and returns false.
@@ -231,6 +241,10 @@ int cmd_run(int argc, char** argv) {
     proxy = true;
   }
   if (proxy) {
+    if (!sc->faults.empty()) {
+      fprintf(stderr, "wanemu: the scenario's [[fault]] tables need the namespace emulator (root and /dev/net/tun)\n");
+      return 2;
+    }
     if (launcher && launch_in >= 0) {
       fprintf(stderr, "wanemu: --launch-in needs the namespace emulator; with the proxy use --launcher and `wanemu enter`\n");
       return 2;
@@ -245,6 +259,15 @@ int cmd_run(int argc, char** argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   auto& e = *em.value();
+  auto faults = FaultControl::start(e);
+  if (!faults.ok()) {
+    fprintf(stderr, "wanemu: %s\n", faults.status().to_string().c_str());
+    return 2;
+  }
+  setenv("WANEMU_CONTROL", faults.value()->path().c_str(), 1);  // for `wanemu fault` in the commands
+  char self[4096];
+  if (ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1); len > 0)
+    setenv("WANEMU_BIN", std::string(self, size_t(len)).c_str(), 1);
   std::vector<pid_t> pids;
   if (launcher) {
     std::string ns, ifs, regs;
@@ -276,7 +299,8 @@ int cmd_run(int argc, char** argv) {
     if (!spawn_hosts(e.hosts().size(), [&](int h) { return e.spawn(h, cmd); }, pids)) return 2;
   }
   int rc = wait_all(pids);
-  end_descendants();  // daemons the command left behind (inside the emulated hosts)
+  faults.value().reset();  // resumes what it stopped, so that the teardown can end it
+  end_descendants();       // daemons the command left behind (inside the emulated hosts)
   if (stats) print_counters(e.scenario(), e.counters());
   e.stop();
   return rc;
@@ -284,7 +308,7 @@ int cmd_run(int argc, char** argv) {
 
 // ---- selftest ------------------------------------------------------------------------------------------
 
-std::string capture(const Emulator& e, int host, const std::vector<std::string>& argv) {
+std::string capture(const Emulator& e, int host, const std::vector<std::string>& argv, int* rc = nullptr) {
   int p[2];
   if (pipe(p) != 0) return "";
   pid_t pid = fork();
@@ -304,7 +328,9 @@ std::string capture(const Emulator& e, int host, const std::vector<std::string>&
   ssize_t r;
   while ((r = read(p[0], b, sizeof b)) > 0) out.append(b, size_t(r));
   close(p[0]);
-  waitpid(pid, nullptr, 0);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return out;
 }
 
@@ -354,6 +380,69 @@ Scenario two_hosts(double mbit, double one_way_ms, double loss) {
   return s;
 }
 
+// One UDP ping from host 0 to host 1's echo; RTT in ms, or -1 without an answer within timeout_ms.
+double probe(const Emulator& e, const char* self, int timeout_ms) {
+  std::string out = capture(e, 0, {self, "udp-probe", e.hosts()[1].addr, std::to_string(timeout_ms)});
+  return out.empty() ? -1 : strtod(out.c_str(), nullptr);
+}
+
+// `wanemu fault WORDS` run inside host 0 (as a program under `wanemu run` would); its answer and status.
+std::string fault_cmd(const Emulator& e, const char* self, std::vector<std::string> words, int* rc) {
+  words.insert(words.begin(), {self, "fault"});
+  return capture(e, 0, words, rc);
+}
+
+// Faults through the control socket, against a UDP echo on host 1: a partition drops, a stall holds
+// and delivers late, a stopped echo answers late, a killed one is gone; bad requests are refused.
+int selftest_faults(const char* self) {
+  auto em = Emulator::start(two_hosts(1000, 2, 0));
+  if (!em.ok()) return 1;
+  auto& e = *em.value();
+  auto fc = FaultControl::start(e);
+  if (!fc.ok()) {
+    fprintf(stderr, "wanemu selftest: %s\n", fc.status().to_string().c_str());
+    return 1;
+  }
+  setenv("WANEMU_CONTROL", fc.value()->path().c_str(), 1);
+  auto echo = e.spawn(1, {self, "udp-echo", e.hosts()[1].addr}, true);
+  if (!echo.ok()) return 1;
+  int failures = 0;
+  auto check = [&](bool ok, const std::string& what) {
+    failures += !ok;
+    printf("wanemu selftest: fault: %s: %s\n", what.c_str(), ok ? "PASS" : "FAIL");
+  };
+  double base = -1;
+  for (int i = 0; i < 50 && base < 0; ++i) base = probe(e, self, 200);  // the echo may not listen yet
+  int rc = 0;
+  std::string ans = fault_cmd(e, self, {"partition", "b", "--for", "1.5"}, &rc);
+  double lost = probe(e, self, 300);
+  int tries = 0;
+  double healed = -1;
+  for (; tries < 20 && healed < 0; ++tries) healed = probe(e, self, 300);
+  char b[256];
+  snprintf(b, sizeof b, "partition b for 1.5 s (answer '%s'): ping before %.1f ms, during %s, after %.1f ms (%d tries)",
+           trim(ans).c_str(), base, lost < 0 ? "lost" : "ANSWERED", healed, tries);
+  check(rc == 0 && base > 0 && lost < 0 && healed > 0, b);
+  ans = fault_cmd(e, self, {"stall", "a", "b", "--for", "0.8"}, &rc);
+  double held = probe(e, self, 3000);
+  snprintf(b, sizeof b, "stall a <-> b for 0.8 s: ping answered after %.1f ms (held, not lost: >= 400)", held);
+  check(rc == 0 && held >= 400, b);
+  ans = fault_cmd(e, self, {"stop", "b", "--for", "0.8"}, &rc);
+  double late = probe(e, self, 3000);
+  snprintf(b, sizeof b, "stop b for 0.8 s ('%s'): the echo answered after %.1f ms (>= 400)", trim(ans).c_str(), late);
+  check(rc == 0 && ans.find("1 process") != std::string::npos && late >= 400, b);
+  ans = fault_cmd(e, self, {"kill", "b"}, &rc);
+  int st = 0;
+  bool killed = rc == 0 && ans.find("1 process") != std::string::npos && waitpid(echo.value(), &st, 0) == echo.value() &&
+                WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+  if (!killed) kill(echo.value(), SIGKILL), waitpid(echo.value(), nullptr, 0);
+  check(killed, "kill b ('" + trim(ans) + "'): the echo died of SIGKILL");
+  ans = fault_cmd(e, self, {"partition", "nowhere"}, &rc);
+  check(rc == 1 && ans.find("names no region") != std::string::npos, "an unknown target is refused: '" + trim(ans) + "'");
+  unsetenv("WANEMU_CONTROL");
+  return failures;
+}
+
 int cmd_selftest(const char* self) {
   std::string why;
   if (!can_emulate(&why)) {
@@ -395,6 +484,7 @@ int cmd_selftest(const char* self) {
            "(one collapses, eight recover >= 3x: %s)\n",
            one, eight, ok ? "PASS" : "FAIL");
   }
+  failures += selftest_faults(self);
   printf("wanemu selftest: %s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }
@@ -528,6 +618,22 @@ int cmd_udp_echo(const char* addr) {
   }
 }
 
+int cmd_udp_probe(const char* addr, int timeout_ms) {
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(7777);
+  inet_pton(AF_INET, addr, &a.sin_addr);
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto t0 = std::chrono::steady_clock::now();
+  char b[16] = "probe";
+  sendto(fd, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  bool got = recv(fd, b, sizeof b, 0) > 0;
+  printf("%.3f\n", got ? std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() : -1.0);
+  return got ? 0 : 1;
+}
+
 int cmd_udp_ping(const char* addr, int count) {
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in a{};
@@ -560,6 +666,7 @@ int main(int argc, char** argv) {
   }
   std::string c = argv[1];
   if (c == "run") return cmd_run(argc, argv);
+  if (c == "fault") return fault_client(argc, argv);
   if (c == "selftest") {
     if (argc > 2 && !strcmp(argv[2], "--probe-only")) {  // can this machine emulate at all?
       std::string why;
@@ -589,6 +696,7 @@ int main(int argc, char** argv) {
     for (auto& l : s->links)
       printf("  %s <-> %s: %.1f ms one way, jitter %.1f ms, loss %.4f, GE %.4f/%.4f/%.3f\n", l.a.c_str(), l.b.c_str(),
              l.delay_ms, l.jitter_ms, l.loss, l.ge_p, l.ge_r, l.ge_loss);
+    for (auto& f : s->faults) printf("  fault at %.3f s: %s\n", f.at_s, describe(f).c_str());
     return 0;
   }
   if (c == "rsh" && argc >= 4) {
@@ -624,6 +732,7 @@ int main(int argc, char** argv) {
   }
   if (c == "udp-echo" && argc == 3) return cmd_udp_echo(argv[2]);
   if (c == "udp-ping" && argc == 4) return cmd_udp_ping(argv[2], atoi(argv[3]));
+  if (c == "udp-probe" && argc == 4) return cmd_udp_probe(argv[2], atoi(argv[3]));
   usage(stderr);
   return 2;
 }

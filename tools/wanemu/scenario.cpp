@@ -1,6 +1,10 @@
 #include "tools/wanemu/scenario.h"
 
+#include "core/strings.h"
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -8,13 +12,106 @@
 namespace sparrow::wanemu {
 
 namespace {
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
+bool parse_seconds(const std::string& v, double lo, double hi, double* out) {
+  char* end = nullptr;
+  double x = strtod(v.c_str(), &end);
+  if (v.empty() || end == v.c_str() || *end || !(x >= lo && x <= hi)) return false;
+  *out = x;
+  return true;
 }
+
 }  // namespace
+
+const char* fault_kind_name(Fault::Kind k) {
+  switch (k) {
+    case Fault::Kind::kKill: return "kill";
+    case Fault::Kind::kStop: return "stop";
+    case Fault::Kind::kPartition: return "partition";
+    case Fault::Kind::kStall: return "stall";
+  }
+  return "?";
+}
+
+Result<Fault> parse_fault(const std::vector<std::string>& words) {
+  const std::string usage =
+      " (expected: kill TARGET [--leaves] | stop TARGET [--for S] [--leaves] | partition TARGET [PEER] [--for S] | "
+      "stall TARGET [PEER] --for S)";
+  if (words.empty()) return InvalidArgument("fault: nothing given" + usage);
+  Fault f;
+  const std::string& k = words[0];
+  if (k == "kill") f.kind = Fault::Kind::kKill;
+  else if (k == "stop") f.kind = Fault::Kind::kStop;
+  else if (k == "partition") f.kind = Fault::Kind::kPartition;
+  else if (k == "stall") f.kind = Fault::Kind::kStall;
+  else return InvalidArgument("fault: unknown kind '" + k + "'" + usage);
+  std::vector<std::string> pos;
+  bool has_for = false;
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == "--for") {
+      if (i + 1 >= words.size() || !parse_seconds(words[i + 1], 0.001, 86400, &f.for_s))
+        return InvalidArgument("fault: --for needs seconds in [0.001, 86400], got '" +
+                               (i + 1 < words.size() ? words[i + 1] : std::string()) + "'");
+      has_for = true;
+      ++i;
+    } else if (words[i] == "--leaves") {
+      f.leaves = true;
+    } else if (!words[i].empty() && words[i][0] == '-') {
+      return InvalidArgument("fault: unknown option '" + words[i] + "'" + usage);
+    } else {
+      pos.push_back(words[i]);
+    }
+  }
+  const bool net = f.kind == Fault::Kind::kPartition || f.kind == Fault::Kind::kStall;
+  if (pos.empty()) return InvalidArgument("fault: " + k + " needs a TARGET (a region, host name or host index)");
+  if (pos.size() > (net ? 2u : 1u)) return InvalidArgument("fault: too many targets for " + k + usage);
+  f.target = pos[0];
+  if (pos.size() == 2) f.peer = pos[1];
+  if (f.kind == Fault::Kind::kKill && has_for) return InvalidArgument("fault: kill takes no --for (it is for good)");
+  if (f.kind == Fault::Kind::kStall && !has_for)
+    return InvalidArgument("fault: stall needs --for S (held packets are delivered when it ends)");
+  if (net && f.leaves) return InvalidArgument("fault: --leaves is for kill and stop");
+  return f;
+}
+
+std::string describe(const Fault& f) {
+  std::string d = std::string(fault_kind_name(f.kind)) + " " + f.target;
+  if (f.kind == Fault::Kind::kPartition || f.kind == Fault::Kind::kStall)
+    d += f.peer.empty() ? " from the rest" : " <-> " + f.peer;
+  if (f.leaves) d += " (processes without children)";
+  if (f.for_s > 0) {
+    char b[48];
+    snprintf(b, sizeof b, " for %.3g s", f.for_s);
+    d += b;
+  } else if (f.kind != Fault::Kind::kKill) {
+    d += " until the end";
+  }
+  return d;
+}
+
+Result<std::vector<int>> Scenario::resolve(const std::string& target) const {
+  std::vector<int> out;
+  auto by_region = [&](const std::string& r) {
+    for (size_t i = 0; i < hosts.size(); ++i)
+      if (hosts[i].region == r) out.push_back(int(i));
+  };
+  auto by_name = [&](const std::string& n) {
+    for (size_t i = 0; i < hosts.size(); ++i)
+      if (hosts[i].name == n) out.push_back(int(i));
+  };
+  if (target.rfind("region:", 0) == 0) by_region(target.substr(7));
+  else if (target.rfind("host:", 0) == 0) by_name(target.substr(5));
+  else {
+    by_region(target);
+    if (out.empty()) by_name(target);
+    if (out.empty() && !target.empty() && target.find_first_not_of("0123456789") == std::string::npos &&
+        target.size() < 9 && size_t(std::stoi(target)) < hosts.size())
+      out.push_back(std::stoi(target));
+  }
+  if (out.empty())
+    return InvalidArgument("fault: '" + target + "' names no region, host or host index of the scenario (" +
+                           std::to_string(hosts.size()) + " hosts)");
+  return out;
+}
 
 std::vector<std::string> Scenario::regions() const {
   std::vector<std::string> r;
@@ -34,7 +131,7 @@ Result<Scenario> parse_scenario(const std::string& text) {
   std::istringstream in(text);
   std::string line, section;
   int lineno = 0;
-  std::vector<std::map<std::string, std::string>> host_tables, link_tables;
+  std::vector<std::map<std::string, std::string>> host_tables, link_tables, fault_tables;
   std::map<std::string, std::string> top;
   auto err = [&](const std::string& m) { return InvalidArgument("scenario line " + std::to_string(lineno) + ": " + m); };
   while (std::getline(in, line)) {
@@ -60,12 +157,20 @@ Result<Scenario> parse_scenario(const std::string& text) {
       link_tables.emplace_back();
       continue;
     }
-    if (line[0] == '[') return err("unknown table " + line + " (expected [[host]] or [[link]])");
+    if (line == "[[fault]]" || line == "[[faults]]") {
+      section = "fault";
+      fault_tables.emplace_back();
+      continue;
+    }
+    if (line[0] == '[') return err("unknown table " + line + " (expected [[host]], [[link]] or [[fault]])");
     size_t eq = line.find('=');
     if (eq == std::string::npos) return err("expected key = value");
     std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-    auto& t = section == "host" ? host_tables.back() : section == "link" ? link_tables.back() : top;
+    auto& t = section == "host"    ? host_tables.back()
+              : section == "link"  ? link_tables.back()
+              : section == "fault" ? fault_tables.back()
+                                   : top;
     t[k] = v;
   }
   auto num = [&](std::map<std::string, std::string>& t, const char* k, double* out, double lo, double hi) -> Status {
@@ -123,6 +228,26 @@ Result<Scenario> parse_scenario(const std::string& text) {
     if (l.a.empty()) return InvalidArgument("scenario: a [[link]] needs a = \"region\"");
     s.links.push_back(l);
   }
+  for (auto& t : fault_tables) {
+    // The same words as `wanemu fault`, so both are checked alike.
+    std::vector<std::string> words = {t["kind"], t["target"]};
+    if (t.count("peer")) words.push_back(t["peer"]);
+    if (t.count("for_s")) words.insert(words.end(), {"--for", t["for_s"]});
+    if (t.count("leaves") && t["leaves"] != "false") {
+      if (t["leaves"] != "true") return InvalidArgument("scenario: fault leaves = " + t["leaves"] + " (true or false)");
+      words.push_back("--leaves");
+    }
+    double at = -1;
+    if (!t.count("at_s") || !parse_seconds(t["at_s"], 0, 86400, &at))
+      return InvalidArgument("scenario: a [[fault]] needs at_s = seconds in [0, 86400]");
+    for (const char* k : {"kind", "target", "peer", "for_s", "leaves", "at_s"}) t.erase(k);
+    if (!t.empty()) return InvalidArgument("scenario: unknown fault key '" + t.begin()->first + "'");
+    auto f = parse_fault(words);
+    if (!f.ok()) return std::move(f).take_status().context("scenario");
+    f->at_s = at;
+    s.faults.push_back(*f);
+  }
+  std::stable_sort(s.faults.begin(), s.faults.end(), [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
   if (s.hosts.empty()) return InvalidArgument("scenario: no [[host]]");
   if (s.hosts.size() > 250 * 250) return InvalidArgument("scenario: too many hosts");
   auto regs = s.regions();
@@ -130,6 +255,10 @@ Result<Scenario> parse_scenario(const std::string& text) {
     for (auto* r : {&l.a, &l.b})
       if (std::find(regs.begin(), regs.end(), *r) == regs.end())
         return InvalidArgument("scenario: link names region '" + *r + "', which has no host");
+  for (auto& f : s.faults)
+    for (auto* t : {&f.target, &f.peer})
+      if (!t->empty())
+        if (auto r = s.resolve(*t); !r.ok()) return std::move(r).take_status().context("scenario");
   return s;
 }
 
