@@ -17,7 +17,7 @@ if [ "${1:-}" = "--inside" ]; then
   exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
     --mca plm_rsh_agent "$wanemu rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
-    -x WANEMU_SCENARIO "${forward[@]}" "$@"
+    -x WANEMU_SCENARIO -x WANEMU_CONTROL -x WANEMU_BIN "${forward[@]}" "$@"
 fi
 if [ "${1:-}" = "--inside-proxy" ]; then
   # The unprivileged fallback: every rank on loopback, each one a host through `wanemu enter`.

@@ -6,6 +6,8 @@
 // (ranks share the host's monotonic clock under wanemu); the root prints, per step, the time from its
 // call's start to the last rank's return in each region, and the stalled relay's region's step
 // against its normal one and against 2 x normal + lease. Survivors must hold the root's last version.
+// --fault stall|partition|partition-region makes the stall a network fault of the emulator instead
+// (`wanemu fault`: the relay's host's packets held, or dropped, or its whole region cut off).
 #include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
@@ -32,6 +34,7 @@ constexpr const char* kProg = "failover_perf";
 
 struct Opts {
   int steps = 12, stall_step = 6, stall_rank = -1, lease_ms = 2000, stall_ms = 0;
+  std::string fault = "sigstop";
   uint64_t bytes = 64 << 20;
   double density = 0.01;
 };
@@ -42,6 +45,7 @@ Opts parse(int argc, char** argv) {
   Opts o;
   static option longopts[] = {{"steps", 1, 0, 'n'},      {"stall-step", 1, 0, 's'}, {"stall-rank", 1, 0, 'r'},
                               {"stall-ms", 1, 0, 'm'},   {"lease-ms", 1, 0, 'l'},   {"help", 0, 0, 'h'},
+                              {"fault", 1, 0, 'f'},
                               {0, 0, 0, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "b:D:h", longopts, nullptr)) != -1;) {
@@ -53,15 +57,24 @@ Opts parse(int argc, char** argv) {
       case 'r': o.stall_rank = int(sparrow::args::integer(kProg, "--stall-rank", optarg, 1, 1 << 20)); break;
       case 'm': o.stall_ms = int(sparrow::args::integer(kProg, "--stall-ms", optarg, 1, 3600000)); break;
       case 'l': o.lease_ms = int(sparrow::args::integer(kProg, "--lease-ms", optarg, 100, 600000)); break;
+      case 'f':
+        o.fault = optarg;
+        if (o.fault != "sigstop" && o.fault != "stall" && o.fault != "partition" && o.fault != "partition-region")
+          sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition or partition-region");
+        break;
       case 'h':
         printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
-               "          [--lease-ms 2000]\n"
+               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region]\n"
                "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
                "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
                "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
                "  --stall-rank R   the rank that stalls (default: the first non-root rank with children)\n"
                "  --stall-ms N     how long it stays stopped (default 3 x the lease)\n"
-               "  --lease-ms N     the communicator's lease, 100..600000 (2000)\n",
+               "  --lease-ms N     the communicator's lease, 100..600000 (2000)\n"
+               "  --fault F        how it stalls: sigstop (the process stops itself, default); under the namespace\n"
+               "                   emulator (scripts/wanemu-mpirun.sh) also stall (its host's packets are held\n"
+               "                   for --stall-ms), partition (dropped) or partition-region (its whole region\n"
+               "                   cut off from the others: every rank there is lost)\n",
                kProg);
         exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
@@ -84,6 +97,28 @@ void stall(int ms) {
   }
   raise(SIGSTOP);
   waitpid(waker, nullptr, 0);
+}
+
+// The network faults go through the emulator: `wanemu fault KIND TARGET --for S`; false if it refused.
+bool wanemu_fault(const Opts& o) {
+  const char* bin = getenv("WANEMU_BIN");
+  const char* host = getenv("WANEMU_RANK");
+  const char* region = getenv("SPARROW_REGION");
+  std::string target = o.fault == "partition-region" ? std::string("region:") + (region ? region : "") : (host ? host : "");
+  std::string kind = o.fault == "stall" ? "stall" : "partition", secs = std::to_string(o.stall_ms / 1000.0);
+  pid_t p = fork();
+  if (p == 0) {
+    execl(bin, bin, "fault", kind.c_str(), target.c_str(), "--for", secs.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+void inject(const Opts& o) {
+  if (o.fault == "sigstop") stall(o.stall_ms);
+  else if (!wanemu_fault(o)) MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
 // This rank's parent-of-someone status after the first step: it has children in the tree.
@@ -109,31 +144,41 @@ struct Report {
   std::vector<int> rc;               // same layout
   std::vector<std::string> region;   // per rank
   int victim;
+  std::vector<bool> lost;            // the victim, or with partition-region every rank of its region
 
-  // Per step: the last return in region `g` (ranks other than the victim) since the root's start.
+  // Per step: the last return in region `g` (ranks not lost) since the root's start.
   double region_step(const std::string& g, int s) const {
     double t = 0;
     for (int r = 1; r < n; ++r)
-      if (r != victim && region[size_t(r)] == g) t = std::max(t, done[size_t(r * o.steps + s)] - t0[size_t(s)]);
+      if (!lost[size_t(r)] && region[size_t(r)] == g) t = std::max(t, done[size_t(r * o.steps + s)] - t0[size_t(s)]);
     return t;
   }
   int print() const {
     std::map<std::string, int> regions;
     for (int r = 1; r < n; ++r) regions[region[size_t(r)]]++;
-    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) stalls %d ms at step %d\n",
-           n, (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), o.stall_ms, o.stall_step);
+    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) stalls %d ms at step %d (%s)\n",
+           n, (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), o.stall_ms, o.stall_step,
+           o.fault == "sigstop"             ? "SIGSTOP"
+           : o.fault == "stall"             ? "its host's packets held"
+           : o.fault == "partition"         ? "its host cut off"
+                                            : "its region cut off");
     printf("# step");
     for (auto& [g, k] : regions) printf(" %12s", g.c_str());
     printf("   (ms from the root's call to the region's last return)\n");
     for (int s = 1; s < o.steps; ++s) {
       printf("  %4d", s);
-      for (auto& [g, k] : regions) printf(" %12.1f", region_step(g, s) * 1e3);
+      for (auto& [g, k] : regions) {
+        bool any = false;
+        for (int r = 1; r < n; ++r) any = any || (!lost[size_t(r)] && region[size_t(r)] == g);
+        if (any) printf(" %12.1f", region_step(g, s) * 1e3);
+        else printf(" %12s", "lost");
+      }
       printf("%s\n", s == o.stall_step ? "   <- stall" : "");
     }
     int failed = 0;
     for (int r = 1; r < n; ++r)
       for (int s = 0; s < o.steps; ++s)
-        if (r != victim && rc[size_t(r * o.steps + s)] != sparrowSuccess) failed++;
+        if (!lost[size_t(r)] && rc[size_t(r * o.steps + s)] != sparrowSuccess) failed++;
     // Every region against itself: its normal step (the first, full step and the two around the stall
     // left out) and the slower of the stalled step and the next (the first over the new tree).
     bool exceeded = false;
@@ -166,6 +211,15 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
+  if (o.fault != "sigstop" && (!getenv("WANEMU_CONTROL") || !getenv("WANEMU_BIN") || !getenv("WANEMU_RANK"))) {
+    if (rank == 0) fprintf(stderr, "%s: --fault %s needs the namespace emulator (scripts/wanemu-mpirun.sh)\n", kProg, o.fault.c_str());
+    MPI_Finalize();
+    return 2;
+  }
+  char region[64] = {0};
+  snprintf(region, sizeof region, "%s", getenv("SPARROW_REGION") ? getenv("SPARROW_REGION") : "?");
+  std::vector<char> regions(size_t(n) * 64);
+  MPI_Allgather(region, 64, MPI_CHAR, regions.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
   sparrowUniqueId id;
   if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -184,6 +238,7 @@ int main(int argc, char** argv) {
   std::vector<double> t0(size_t(o.steps)), done(size_t(o.steps));
   std::vector<int> rc(size_t(o.steps));
   int victim = o.stall_rank;
+  std::vector<bool> lost(static_cast<size_t>(n), false);
   for (int s = 0; s < o.steps; ++s) {
     if (rank == 0 && s > 0) sparrow::gen::mutate_exact(buf.data(), count, 2, o.density, uint64_t(s));
     if (s == 1) {  // after the first (full) step: every rank knows its children; pick the victim
@@ -191,25 +246,28 @@ int main(int argc, char** argv) {
       MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       if (victim < 0) victim = first < n ? first : 1;
       if (victim >= n) MPI_Abort(MPI_COMM_WORLD, 2);
+      for (int r = 0; r < n; ++r)
+        lost[size_t(r)] = r == victim || (o.fault == "partition-region" &&
+                                          !strcmp(&regions[size_t(r) * 64], &regions[size_t(victim) * 64]));
+      if (lost[0]) {
+        if (rank == 0) fprintf(stderr, "%s: rank %d shares the root's region: pick another --stall-rank\n", kProg, victim);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
     }
-    if (rank == victim && s == o.stall_step) stall(o.stall_ms);
+    if (rank == victim && s == o.stall_step) inject(o);
     t0[size_t(s)] = now();
     rc[size_t(s)] = sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
     done[size_t(s)] = now();
-    if (rc[size_t(s)] != sparrowSuccess && rank != victim)
+    if (rc[size_t(s)] != sparrowSuccess && !lost[size_t(rank)])
       fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
   }
-  char region[64] = {0};
-  snprintf(region, sizeof region, "%s", getenv("SPARROW_REGION") ? getenv("SPARROW_REGION") : "?");
-  Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim};
-  std::vector<char> regions(size_t(n) * 64);
+  Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim, lost};
   MPI_Gather(done.data(), o.steps, MPI_DOUBLE, rep.done.data(), o.steps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(rc.data(), o.steps, MPI_INT, rep.rc.data(), o.steps, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Gather(region, 64, MPI_CHAR, regions.data(), 64, MPI_CHAR, 0, MPI_COMM_WORLD);
   // Survivors hold the root's last version.
   uint64_t h = XXH3_64bits(buf.data(), count * 2), h0 = h;
   MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  int wrong = rank != victim && h != h0, wrong_sum = 0;
+  int wrong = !lost[size_t(rank)] && h != h0, wrong_sum = 0;
   MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   int exit_code = 0;
   if (rank == 0) {
@@ -217,8 +275,10 @@ int main(int argc, char** argv) {
     exit_code = rep.print();
     int members[1024], nlive = 0;
     sparrowCommGetMembers(comm, members, 1024, &nlive);
-    printf("# members at the end: %d of %d; survivors with other bits than the root: %d\n", nlive, n, wrong_sum);
-    if (wrong_sum || nlive != n - 1) exit_code = 1;  // the stalled relay must have been dropped, and only it
+    const int nlost = int(std::count(lost.begin(), lost.end(), true));
+    printf("# members at the end: %d of %d (%d lost to the fault); survivors with other bits than the root: %d\n", nlive, n,
+           nlost, wrong_sum);
+    if (wrong_sum || nlive != n - nlost) exit_code = 1;  // the lost ranks must have been dropped, and only they
   }
   sparrowCommDestroy(comm);
   MPI_Finalize();

@@ -56,6 +56,11 @@ check "--impl 'nccl'" "$bin/sparse_bcast_perf" --impl nccl
 check "-d 'bf8'" "$bin/broadcast_perf" -d bf8
 check "unknown option" "$bin/broadcast_perf" --what
 check "takes no arguments" "$bin/sparrow-hello" --bogus
+check "--fault 'meteor'" "$bin/failover_perf" --fault meteor
+check "unknown kind 'explode'" "$bin/wanemu" fault explode eu
+check "stall needs --for" "$bin/wanemu" fault stall eu
+check "--for needs seconds" "$bin/wanemu" fault stop eu --for -1
+check "no WANEMU_CONTROL" env -u WANEMU_CONTROL "$bin/wanemu" fault kill eu
 [ -x "$bin/sparrow-ckpt" ] && check "--threads '0'" "$bin/sparrow-ckpt" inspect x --threads 0
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
