@@ -109,7 +109,8 @@ sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparr
                                           sparrowConfig_t* config);
 
 /* A process joins a running elastic communicator into slot *rank (in: the slot, 1..nranks-1, that a
- * dropped member held, e.g. the rank a restarted worker had; out: the same). It looks the
+ * dropped member held, e.g. the rank a restarted worker had, or -1: any free slot, which the store
+ * hands out to one joiner at a time, the lowest first; out: the slot taken). It looks the
  * communicator up at its rendezvous store (which, for an elastic communicator, serves for as long as
  * the process that called sparrowGetUniqueId runs), asks rank 0, and returns once rank 0 admitted it,
  * at rank 0's next sparrowSparseBcast (so rank 0 must be the sparse root). Call sparrowSparseBcast
@@ -117,7 +118,10 @@ sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparr
  * buffer set (later ones deltas), and the root's lease applies to it. config: NULL or elastic = 1
  * (leaseMs 0 or the communicator's). Errors: sparrowInvalidUsage (not elastic, a lease that differs),
  * sparrowInvalidArgument (bad slot), sparrowPeerLost (the slot is still held by a live member, or
- * rank 0 unreachable), sparrowTimeout (rank 0 made no sparse broadcast within SPARROW_TIMEOUT_S). */
+ * rank 0 unreachable), sparrowTimeout (rank 0 made no sparse broadcast within SPARROW_TIMEOUT_S).
+ * With -1, sparrowInvalidUsage also when no slot freed within twice the lease (every rank is a live
+ * member), and rank 0 must run in a process that can reach the store. Do not mix a named slot and
+ * -1 for the same slot: two processes would compete for it. */
 sparrowResult_t sparrowCommJoin(sparrowComm_t* comm, sparrowUniqueId commId, sparrowConfig_t* config, int* rank);
 
 /* The live members as this rank last saw them (the root: at the end of its last operation; others:

@@ -247,6 +247,13 @@ def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> b
                   f"({last})", 8)
 
 
+def _check_lease_and_region(lease_ms: Any, region: Any) -> None:
+    if not isinstance(lease_ms, int) or isinstance(lease_ms, bool) or not (lease_ms == 0 or 100 <= lease_ms <= 86400000):
+        raise InvalidArgument(f"lease_ms must be 0 (SPARROW_LEASE_MS) or 100..86400000, got {lease_ms!r}", 4)
+    if region is not None and (not isinstance(region, str) or not region):
+        raise InvalidArgument(f"region must be a non-empty string or None, got {region!r}", 4)
+
+
 class Communicator:
     """One rank of a sparrow communicator (sparrowCommInitRankConfig). Collective: every rank constructs
     it with the same nranks and id (and the same elastic and lease_ms). Use from one thread at a time;
@@ -266,11 +273,30 @@ class Communicator:
             raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes of sparrow.get_unique_id()", 4)
         if not isinstance(elastic, bool):
             raise InvalidArgument(f"elastic must be True or False, got {elastic!r}", 4)
-        if not isinstance(lease_ms, int) or isinstance(lease_ms, bool) or not (lease_ms == 0 or 100 <= lease_ms <= 86400000):
-            raise InvalidArgument(f"lease_ms must be 0 (SPARROW_LEASE_MS) or 100..86400000, got {lease_ms!r}", 4)
-        if region is not None and (not isinstance(region, str) or not region):
-            raise InvalidArgument(f"region must be a non-empty string or None, got {region!r}", 4)
-        self._c = _sparrow.Comm(nranks, bytes(uid), rank, elastic, lease_ms, region or "")
+        _check_lease_and_region(lease_ms, region)
+        self._adopt(_sparrow.Comm(nranks, bytes(uid), rank, elastic, lease_ms, region or ""))
+
+    @classmethod
+    def join(cls, uid: bytes, rank: Optional[int] = None, lease_ms: int = 0,
+             region: Optional[str] = None) -> "Communicator":
+        """A new process joins a running elastic communicator (sparrowCommJoin) into the slot of a
+        dropped member: `rank` names it (e.g. the rank a restarted worker had), None takes any free
+        one. Returns once rank 0 admitted it, at rank 0's next sparse_broadcast; call
+        sparse_broadcast right after: the first brings every buffer whole, later ones deltas.
+        lease_ms: 0 or the communicator's. The slot taken is .rank. Raises PeerLost if the slot is
+        still held by a live member (after twice the lease), InvalidUsage if the communicator is not
+        elastic or no slot freed in time, Timeout if rank 0 made no sparse broadcast meanwhile."""
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
+            raise InvalidArgument(f"rank must be None (any free slot) or a slot >= 1, got {rank!r}", 4)
+        if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
+            raise InvalidArgument(f"uid must be the {UNIQUE_ID_BYTES} bytes of sparrow.get_unique_id()", 4)
+        _check_lease_and_region(lease_ms, region)
+        self = cls.__new__(cls)
+        self._adopt(_sparrow.Comm.join(bytes(uid), -1 if rank is None else rank, lease_ms, region or ""))
+        return self
+
+    def _adopt(self, c: Any) -> None:
+        self._c = c
         if not self._c.alive:
             _raise(self._c.init_result, self._c.init_error)
         self._group_depth = 0

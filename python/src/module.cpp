@@ -31,12 +31,7 @@ class Comm {
  public:
   // `region` empty: SPARROW_REGION or inferred. Range checks are the C library's (sparrowInvalidArgument).
   Comm(int nranks, py::bytes uid, int rank, bool elastic, int lease_ms, const std::string& region) {
-    std::string id = uid;
-    if (id.size() != SPARROW_UNIQUE_ID_BYTES)
-      throw py::value_error("unique id must be " + std::to_string(SPARROW_UNIQUE_ID_BYTES) + " bytes, got " +
-                            std::to_string(id.size()));
-    sparrowUniqueId u;
-    memcpy(u.internal, id.data(), sizeof(u.internal));
+    sparrowUniqueId u = to_id(uid);
     {
       Gil g;
       sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
@@ -50,12 +45,33 @@ class Comm {
       c_ = nullptr;
     }
   }
+  // sparrowCommJoin: a new process takes a free slot of a running elastic communicator (`rank`, or
+  // -1 for any); the slot it took is rank().
+  static std::unique_ptr<Comm> join(py::bytes uid, int rank, int lease_ms, const std::string& region) {
+    sparrowUniqueId u = to_id(uid);
+    std::unique_ptr<Comm> c(new Comm());
+    {
+      Gil g;
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = lease_ms;
+      cfg.region = region.empty() ? nullptr : region.c_str();
+      c->init_rc_ = sparrowCommJoin(&c->c_, u, &cfg, &rank);
+    }
+    if (c->init_rc_ != sparrowSuccess) {
+      c->init_error_ = sparrowGetLastError(nullptr);
+      c->c_ = nullptr;
+    }
+    return c;
+  }
   ~Comm() {
     if (c_) {
       Gil g;
       (void)sparrowCommDestroy(c_);
     }
   }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
   int init_result() const { return int(init_rc_); }
   const std::string& init_error() const { return init_error_; }
   bool alive() const { return c_ != nullptr; }
@@ -185,6 +201,16 @@ class Comm {
   }
 
  private:
+  Comm() = default;
+  static sparrowUniqueId to_id(const py::bytes& uid) {
+    std::string id = uid;
+    if (id.size() != SPARROW_UNIQUE_ID_BYTES)
+      throw py::value_error("unique id must be " + std::to_string(SPARROW_UNIQUE_ID_BYTES) + " bytes, got " +
+                            std::to_string(id.size()));
+    sparrowUniqueId u;
+    memcpy(u.internal, id.data(), sizeof(u.internal));
+    return u;
+  }
   sparrowComm_t c_ = nullptr;
   sparrowResult_t init_rc_ = sparrowSuccess;
   std::string init_error_;
@@ -220,6 +246,7 @@ PYBIND11_MODULE(_sparrow, m) {
   py::class_<Comm>(m, "Comm")
       .def(py::init<int, py::bytes, int, bool, int, const std::string&>(), py::arg("nranks"), py::arg("uid"),
            py::arg("rank"), py::arg("elastic") = false, py::arg("lease_ms") = 0, py::arg("region") = "")
+      .def_static("join", &Comm::join, py::arg("uid"), py::arg("rank"), py::arg("lease_ms") = 0, py::arg("region") = "")
       .def_property_readonly("init_result", &Comm::init_result)
       .def_property_readonly("init_error", &Comm::init_error)
       .def_property_readonly("alive", &Comm::alive)

@@ -379,3 +379,97 @@ def test_stage_ready_commit_keeps_the_old_version_readable(ranks):
             for w, t in zip(workers[r], trainer):
                 assert torch.equal(w.view(torch.int16), t.view(torch.int16)), f"step {step} rank {r}"
             assert not res[r]["stage_pending"]
+
+
+def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas():
+    """Ranks as threads in an elastic communicator: rank 2 is aborted (its connections close, as when
+    a worker dies), the root drops it, and a new communicator joins with rank=None: it gets slot 2,
+    its first sparse_broadcast brings the whole version, the next ones deltas, bit-exact."""
+    import threading
+    n, count = 3, 50000
+    uid = sparrow.get_unique_id()
+    comms = [None] * n
+    ts = [threading.Thread(target=lambda r=r: comms.__setitem__(
+        r, sparrow.Communicator(n, uid, r, elastic=True, lease_ms=1000))) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert all(c is not None for c in comms)
+
+    def version(step):
+        v = torch.zeros(count, dtype=torch.int16)
+        v[: (step + 1) * 100] = step + 1
+        return v.view(torch.bfloat16)
+
+    bufs = [torch.zeros(count, dtype=torch.bfloat16) for _ in range(n)]
+
+    def step(s, who):
+        bufs[0].copy_(version(s))
+        errs = []
+
+        def one(r):
+            try:
+                comms[r].sparse_broadcast(bufs[r], root=0)
+            except sparrow.Error as e:
+                errs.append((r, e))
+        th = [threading.Thread(target=one, args=(r,)) for r in who]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(timeout=120)
+            assert not t.is_alive(), f"step {s} hung"
+        assert not errs, errs
+        for r in who:
+            assert torch.equal(bufs[r].view(torch.int16), version(s).view(torch.int16)), f"rank {r} step {s}"
+
+    step(0, range(n))
+    step(1, range(n))
+    comms[2].abort()  # not destroyed: this process's store serves joiners until its last communicator goes
+    step(2, [0, 1])
+    assert comms[0].members() == [0, 1]
+    joined = {}
+    got = []
+
+    def joiner():
+        try:
+            c = sparrow.Communicator.join(uid, None, lease_ms=1000)
+            joined["comm"] = c
+            buf = torch.zeros(count, dtype=torch.bfloat16)
+            for _ in range(3):
+                c.sparse_broadcast(buf, root=0)
+                got.append(buf.clone())
+        except sparrow.Error as e:
+            joined["error"] = e
+    jt = threading.Thread(target=joiner)
+    jt.start()
+    s, first = 3, None
+    while s < 300 and jt.is_alive():
+        step(s, [0, 1])
+        if first is None and comms[0].members() == [0, 1, 2]:
+            first = s  # the operation that admitted the joiner: its first
+        s += 1
+        if first is not None and s == first + 3:
+            break
+    jt.join(timeout=120)
+    assert "error" not in joined, joined
+    assert first is not None, "the joiner was never admitted"
+    c = joined["comm"]
+    assert c.rank == 2 and c.members() == [0, 1, 2]
+    assert len(got) == 3
+    for k, b in enumerate(got):
+        assert torch.equal(b.view(torch.int16), version(first + k).view(torch.int16)), f"joiner call {k}"
+    assert c.stats()["full"] is False and comms[0].stats()["ops"] > 0
+    for cc in [c, comms[0], comms[1]]:
+        cc.destroy()
+
+
+def test_join_arguments_are_checked():
+    uid = sparrow.get_unique_id()
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(sparrow.InvalidArgument):
+            sparrow.Communicator.join(uid, bad)
+    with pytest.raises(sparrow.InvalidArgument):
+        sparrow.Communicator.join(b"x" * 5)
+    with pytest.raises(sparrow.InvalidArgument):
+        sparrow.Communicator.join(uid, 1, lease_ms=5)

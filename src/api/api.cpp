@@ -322,7 +322,8 @@ SPARROW_EXPORT sparrowResult_t sparrowCommJoin(sparrowComm_t* comm, sparrowUniqu
   auto opt = config_options(config);
   if (!opt.ok()) return fail(opt.status());
   if (config && !config->elastic) return invalid("sparrowCommJoin: config->elastic must be 1 (only elastic communicators take joiners)");
-  if (*rank < 1) return invalid("sparrowCommJoin: *rank must name the slot to take (1..nranks-1; this version does not pick one)");
+  if (*rank < 1 && *rank != -1)
+    return invalid("sparrowCommJoin: *rank must name the slot to take (1..nranks-1) or be -1 (any free slot)");
   auto c = sparrow::Comm::init_joiner(reinterpret_cast<const uint8_t*>(commId.internal), *rank, opt.value());
   if (!c.ok()) return fail(c.status());
   auto h = std::make_unique<sparrowComm>();
@@ -330,6 +331,7 @@ SPARROW_EXPORT sparrowResult_t sparrowCommJoin(sparrowComm_t* comm, sparrowUniqu
   h->coll = std::make_unique<sparrow::coll::Engine>(*h->impl);
   sparrow::Status s = sparrow::coll::join(*h->coll);
   if (!s.ok()) return fail(s);
+  *rank = h->impl->rank();
   *comm = h.release();
   std::lock_guard<std::mutex> lk(g_live_mu);
   g_live.insert(*comm);

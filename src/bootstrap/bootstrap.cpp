@@ -1,6 +1,9 @@
 #include "bootstrap/bootstrap.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -23,6 +26,8 @@ namespace {
 
 constexpr uint32_t kIdMagic = 0x44495053;  // "SPID"
 constexpr uint32_t kSubRegister = 1, kSubTable = 2, kSubLookup = 3;
+// Elastic communicators: rank 0 lists the free slots (kSubFree), a joiner claims one (kSubClaim).
+constexpr uint32_t kSubFree = 4, kSubClaim = 5;
 constexpr size_t kMaxRegistration = 4096;
 
 void put_str(std::vector<uint8_t>& o, const std::string& s) {
@@ -66,7 +71,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   ~Store() override { be_.reset(); }
 
   Result<uint8_t*> frame_begin(transport::Conn* c, const FrameHeader& h) override {
-    if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || (h.key.sub != kSubRegister && h.key.sub != kSubLookup))
+    if (h.total > kMaxRegistration || h.key.comm != id_.comm_id || h.key.sub < kSubRegister || h.key.sub > kSubClaim ||
+        h.key.sub == kSubTable)
       return CorruptData("unexpected message to the rendezvous store");
     std::lock_guard<std::mutex> lk(mu_);
     auto& b = bufs_[c];
@@ -83,6 +89,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
                                                                  : "the communicator is not elastic: nobody can join it"));
       return;
     }
+    if (h.key.sub == kSubFree) return reply_locked(c, take_free_locked(c, b));
+    if (h.key.sub == kSubClaim) return reply_locked(c, claim_locked(b));
     format::ByteReader r(b, "registration");
     uint32_t rank, nranks, nstreams, elastic = 0, lease = 0;
     RankInfo info;
@@ -147,6 +155,48 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     return "rank " + std::to_string(rank) + " created the communicator " +
            (ri.elastic ? "elastic (lease " + std::to_string(ri.lease_ms) + " ms)" : std::string("not elastic"));
   }
+  // Rank 0's list of free slots (u32 count, then each): claims of slots no longer free end.
+  std::shared_ptr<std::vector<uint8_t>> take_free_locked(transport::Conn* c, const std::vector<uint8_t>& b) {
+    if (c->peer_rank() != 0 || !serves_lookups_) return error_table("only rank 0 of an elastic communicator lists free slots");
+    format::ByteReader r(b, "free slots");
+    uint32_t n = 0;
+    std::vector<int> free;
+    Status s = r.u32(&n);
+    for (uint32_t i = 0; s.ok() && i < n && i < nranks_; ++i) {
+      uint32_t slot = 0;
+      s = r.u32(&slot);
+      if (s.ok() && slot > 0 && slot < nranks_) free.push_back(int(slot));
+    }
+    if (!s.ok()) return error_table(s.message());
+    std::sort(free.begin(), free.end());
+    free_ = std::move(free);
+    for (auto it = claimed_.begin(); it != claimed_.end();)
+      it = std::count(free_.begin(), free_.end(), it->first) ? std::next(it) : claimed_.erase(it);
+    return ok_table(0);
+  }
+  // A joiner's claim (u32: how long it may take to be admitted, ms): the lowest free slot nobody
+  // claimed within their own time, which is then the joiner's for its time.
+  std::shared_ptr<std::vector<uint8_t>> claim_locked(const std::vector<uint8_t>& b) {
+    if (!serves_lookups_) return error_table(table_.empty() ? "the communicator is not complete yet"
+                                                            : "the communicator is not elastic: nobody can join it");
+    format::ByteReader r(b, "slot claim");
+    uint32_t ttl_ms = 0;
+    if (Status s = r.u32(&ttl_ms); !s.ok()) return error_table(s.message());
+    const auto now = std::chrono::steady_clock::now();
+    for (int slot : free_) {
+      auto it = claimed_.find(slot);
+      if (it != claimed_.end() && it->second > now) continue;
+      claimed_[slot] = now + std::chrono::milliseconds(std::min<uint32_t>(ttl_ms, 86400000u));
+      return ok_table(uint32_t(slot));
+    }
+    return error_table(free_.empty() ? kNoFreeSlot : kAllClaimed);
+  }
+  static std::shared_ptr<std::vector<uint8_t>> ok_table(uint32_t value) {
+    std::vector<uint8_t> t;
+    format::put_u32(t, 0);
+    format::put_u32(t, value);
+    return std::make_shared<std::vector<uint8_t>>(std::move(t));
+  }
   std::shared_ptr<std::vector<uint8_t>> error_table(const std::string& msg) {
     std::vector<uint8_t> t;
     format::put_u32(t, 1);
@@ -185,6 +235,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   std::string failed_;
   std::atomic<bool> serves_lookups_{false};
   std::shared_ptr<std::vector<uint8_t>> table_msg_;  // the complete table (elastic: for lookups)
+  std::vector<int> free_;                             // rank 0's last list of free slots
+  std::map<int, std::chrono::steady_clock::time_point> claimed_;  // slot -> until when a joiner holds it
 };
 
 std::mutex g_mu;
@@ -328,6 +380,73 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   auto t = ask_store(id, rank, kSubRegister, reg, d);
   if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
   return parse_table(t.value(), nranks);
+}
+
+// A reply of ok_table or error_table: its value, or the store's message as kInvalidUsage.
+Result<uint32_t> parse_value(const std::vector<uint8_t>& bytes) {
+  format::ByteReader r(bytes, "rendezvous store's answer");
+  uint32_t status, v;
+  SPARROW_RETURN_IF_ERROR(r.u32(&status));
+  if (status != 0) {
+    std::string msg;
+    SPARROW_RETURN_IF_ERROR(get_str(r, &msg));
+    return Error(Code::kInvalidUsage, msg);
+  }
+  SPARROW_RETURN_IF_ERROR(r.u32(&v));
+  return v;
+}
+
+Result<int> claim_slot(const IdData& id, int ttl_ms, transport::Deadline d) {
+  std::vector<uint8_t> req;
+  format::put_u32(req, uint32_t(std::max(ttl_ms, 0)));
+  auto t = ask_store(id, -1, kSubClaim, req, d);
+  if (!t.ok()) return std::move(t).take_status().context("asking the rendezvous store for a free slot");
+  SPARROW_ASSIGN_OR_RETURN(uint32_t slot, parse_value(t.value()));
+  return int(slot);
+}
+
+SlotBoard::SlotBoard(IdData id) : id_(std::move(id)) {}
+
+SlotBoard::~SlotBoard() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlotBoard::publish(std::vector<int> free_slots) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (free_slots == last_ || gave_up_) return;
+  last_ = free_slots;
+  pending_ = std::move(free_slots);
+  has_pending_ = true;
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  cv_.notify_all();
+}
+
+void SlotBoard::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || has_pending_; });
+    if (stop_) return;
+    std::vector<uint8_t> msg;
+    format::put_u32(msg, uint32_t(pending_.size()));
+    for (int s : pending_) format::put_u32(msg, uint32_t(s));
+    has_pending_ = false;
+    lk.unlock();
+    auto t = ask_store(id_, 0, kSubFree, msg, transport::deadline_in(5));
+    Status s = t.ok() ? parse_value(t.value()).status() : t.status();
+    lk.lock();
+    if (!s.ok()) {
+      // The store went with the process that made the id: joiners must name their slot.
+      SPARROW_INFO("rank 0 could not list the free slots at the rendezvous store (%s): joiners must name their "
+                   "slot from now on", s.to_string().c_str());
+      gave_up_ = true;
+      return;
+    }
+  }
 }
 
 Result<std::vector<RankInfo>> lookup(const IdData& id, int rank, transport::Deadline d) {

@@ -7,8 +7,11 @@
 // ranks registered. The store then shuts itself down.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/status.h"
@@ -44,6 +47,35 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
 // An elastic communicator's table, from its store (which serves for as long as its process runs),
 // for a process that joins as `rank` (sparrowCommJoin).
 Result<std::vector<RankInfo>> lookup(const IdData& id, int rank, transport::Deadline d);
+
+// sparrowCommJoin with *rank = -1: a free slot (one rank 0 let go of) from the store, held for the
+// joiner for `ttl_ms` (the time it may take to be admitted); kInvalidUsage with the store's reason
+// when none is free now (kNoFreeSlot: every slot is a live member).
+inline constexpr const char* kNoFreeSlot = "no free slot: every rank is a live member";
+inline constexpr const char* kAllClaimed = "every free slot is claimed by another joiner";
+Result<int> claim_slot(const IdData& id, int ttl_ms, transport::Deadline d);
+
+// Rank 0 of an elastic communicator tells its store which slots are free whenever that changes
+// (publish: the latest list wins), from a thread of its own so that no collective waits on the
+// store. If the store cannot be reached (it lives in the process that made the id, which may have
+// ended), it says so once and stops: joiners then name their slot.
+class SlotBoard {
+ public:
+  explicit SlotBoard(IdData id);
+  ~SlotBoard();
+  SlotBoard(const SlotBoard&) = delete;
+  SlotBoard& operator=(const SlotBoard&) = delete;
+  void publish(std::vector<int> free_slots);
+
+ private:
+  void run();
+  IdData id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  std::vector<int> last_, pending_;
+  bool has_pending_ = false, stop_ = false, gave_up_ = false;
+};
 
 // Ends this process's store of communicator `comm_id`, if it has one (an elastic communicator's
 // serves until then: its rank destroying the communicator here ends it).

@@ -32,6 +32,7 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
   } else if (e.rank() == root) {
     admit_joiners(e, op.seq);
+    publish_free_slots(e);
     op.members = e.members.live();
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
   }
@@ -42,7 +43,11 @@ Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   InCall busy(e);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root));
-  if (e.rank() == root) return sparse_root(e, bufs, root, op);
+  if (e.rank() == root) {
+    Status s = sparse_root(e, bufs, root, op);
+    if (e.comm.elastic()) publish_free_slots(e);  // the members this operation dropped
+    return s;
+  }
   SparseSink rx(e, bufs, root, op);
   Status r = rx.receive();
   return rx.commit(std::move(r));

@@ -119,6 +119,13 @@ void admit_joiners(Engine& e, uint64_t seq) {
   }
 }
 
+void publish_free_slots(Engine& e) {
+  std::vector<int> free;
+  for (int r = 0; r < e.comm.nranks(); ++r)
+    if (r != e.rank() && !e.members.is_live(r)) free.push_back(r);
+  e.comm.publish_free_slots(std::move(free));
+}
+
 void apply_membership(Engine& e, const OpHeader& h) {
   for (const Place& p : h.moved)
     if (p.rank != e.rank() && p.rank >= 0 && p.rank < e.comm.nranks() &&

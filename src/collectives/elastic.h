@@ -28,6 +28,8 @@ void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);
 // free slot's mailbox (sparrowCommJoin), tells it where everyone is and that `seq` is its first
 // operation, and lists it for a full snapshot in every buffer set.
 void admit_joiners(Engine& e, uint64_t seq);
+// The root tells the store which slots are free now (for joiners that do not name one).
+void publish_free_slots(Engine& e);
 // A receiver applies an elastic header's membership: rejoined ranks' new places, drops.
 void apply_membership(Engine& e, const OpHeader& h);
 // sparrowCommJoin's second half, on the joiner: its request to rank 0 and rank 0's welcome.

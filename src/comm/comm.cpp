@@ -1,6 +1,11 @@
 #include "comm/comm.h"
 
+#include <poll.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "core/log.h"
 #include "core/params.h"
@@ -28,6 +33,26 @@ std::string host_identity(const std::string& address) {
 
 std::string region_label() { return kRegion.get(); }
 
+namespace {
+// This process's elastic communicators per id (ranks as threads share one): the store, if it is
+// this process's, serves joiners until the last of them goes.
+std::mutex g_elastic_mu;
+std::map<uint64_t, int> g_elastic;
+void hold_store(uint64_t comm_id) {
+  std::lock_guard<std::mutex> lk(g_elastic_mu);
+  ++g_elastic[comm_id];
+}
+void release_store(uint64_t comm_id) {
+  {
+    std::lock_guard<std::mutex> lk(g_elastic_mu);
+    auto it = g_elastic.find(comm_id);
+    if (it != g_elastic.end() && --it->second > 0) return;
+    if (it != g_elastic.end()) g_elastic.erase(it);
+  }
+  bootstrap::end_store(comm_id);  // nobody joins a communicator this process left
+}
+}  // namespace
+
 Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
                                               const CommOptions& opt) {
   SPARROW_RETURN_IF_ERROR(params::validate_all());
@@ -41,6 +66,7 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   c->id_ = idd;
   c->elastic_ = opt.elastic;
   c->lease_ms_ = opt.elastic ? (opt.lease_ms > 0 ? opt.lease_ms : default_lease_ms()) : 0;
+  if (opt.elastic) hold_store(idd.comm_id), c->holds_store_ = true;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
   SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
   if (opt.elastic) c->net_->set_elastic();
@@ -70,6 +96,28 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   return c;
 }
 
+namespace {
+// A free slot from the store for a joiner that did not name one. A member that died is dropped (and
+// its slot freed) up to a lease later, at rank 0's next operation: until then, ask again.
+Result<int> claim_free_slot(const bootstrap::IdData& idd, int lease_ms, transport::Deadline d) {
+  const int ttl_ms = int(std::min(transport::timeout_seconds() * 1000.0 + 1000, 86400000.0));
+  const auto give_up = std::min(d, transport::deadline_in(2 * lease_ms / 1000.0 + 1));
+  for (;;) {
+    auto slot = bootstrap::claim_slot(idd, ttl_ms, d);
+    if (slot.ok()) {
+      SPARROW_INFO("sparrowCommJoin: the rendezvous store gave this process slot %d", slot.value());
+      return slot;
+    }
+    const std::string& why = slot.status().message();
+    const bool retry = slot.status().code() == Code::kInvalidUsage && (why == bootstrap::kNoFreeSlot || why == bootstrap::kAllClaimed);
+    if (!retry || transport::Clock::now() >= give_up)
+      return std::move(slot).take_status().context("sparrowCommJoin with *rank = -1 (waited " +
+                                                   std::to_string(2 * lease_ms / 1000.0 + 1) + " s for a slot to free)");
+    poll(nullptr, 0, 100);  // a retry interval, not a synchronisation
+  }
+}
+}  // namespace
+
 Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdBytes], int rank,
                                                 const CommOptions& opt) {
   SPARROW_RETURN_IF_ERROR(params::validate_all());
@@ -79,6 +127,9 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
   SPARROW_ASSIGN_OR_RETURN(auto table, bootstrap::lookup(idd, rank, d));
   const int n = int(table.size());
   if (!table[0].elastic) return Error(Code::kInvalidUsage, "sparrowCommJoin: the communicator is not elastic");
+  if (rank == -1) {
+    SPARROW_ASSIGN_OR_RETURN(rank, claim_free_slot(idd, table[0].lease_ms, d));
+  }
   if (rank < 1 || rank >= n)
     return InvalidArgument("sparrowCommJoin: rank " + std::to_string(rank) + " is not a slot of this " +
                            std::to_string(n) + "-rank communicator other than rank 0");
@@ -90,6 +141,7 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
   c->id_ = idd;
   c->elastic_ = true;
   c->lease_ms_ = table[0].lease_ms;
+  hold_store(idd.comm_id), c->holds_store_ = true;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
   SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, n, table[0].nstreams));
   c->net_->set_elastic();
@@ -123,8 +175,17 @@ void Comm::set_place(int r, const bootstrap::RankInfo& info) {
   net_->revive(r, info.address);
 }
 
+void Comm::publish_free_slots(std::vector<int> free_slots) {
+  if (!board_) {
+    if (free_slots.empty()) return;  // nothing was ever free: the store knows that already
+    board_ = std::make_unique<bootstrap::SlotBoard>(id_);
+  }
+  board_->publish(std::move(free_slots));
+}
+
 Comm::~Comm() {
-  if (elastic_) bootstrap::end_store(id_.comm_id);  // nobody joins a communicator this process left
+  board_.reset();  // before the store (when it is this process's) ends
+  if (holds_store_) release_store(id_.comm_id);
 }
 
 void Comm::abort() {

@@ -28,13 +28,17 @@ class Comm {
   // Collective: every rank calls it with the same id and nranks (and the same elastic and lease).
   static Result<std::unique_ptr<Comm>> init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
                                                  const CommOptions& opt = {});
-  // sparrowCommJoin's first half: `rank`'s slot of a running elastic communicator, from its store's
-  // table (elastic and lease checked against `opt`); the network listens, nothing is connected. The
+  // sparrowCommJoin's first half: `rank`'s slot of a running elastic communicator (-1: a free one
+  // the store hands out), from its store's table (elastic and lease checked against `opt`); the
+  // network listens, nothing is connected. The
   // collectives' join handshake (coll::join) then asks rank 0 for admission and calls adopt().
   static Result<std::unique_ptr<Comm>> init_joiner(const uint8_t id[bootstrap::kIdBytes], int rank,
                                                    const CommOptions& opt);
   // What rank 0 told an admitted joiner: every rank's place, the probe table, its first operation.
   void adopt(std::vector<bootstrap::RankInfo> ranks, topology::ProbeResult probe, uint64_t first_seq);
+  // Rank 0 of an elastic communicator: the slots it let go of, for joiners that ask the store for
+  // one (sparrowCommJoin with *rank = -1). Returns at once; only changes are sent.
+  void publish_free_slots(std::vector<int> free_slots);
   // A member that rejoined from elsewhere (every rank builds its trees from these).
   void set_place(int r, const bootstrap::RankInfo& info);
   ~Comm();
@@ -62,9 +66,10 @@ class Comm {
  private:
   Comm() = default;
   int rank_ = 0, nranks_ = 0;
-  bool elastic_ = false;
+  bool elastic_ = false, holds_store_ = false;
   int lease_ms_ = 0;
   bootstrap::IdData id_;
+  std::unique_ptr<bootstrap::SlotBoard> board_;  // rank 0 of an elastic communicator, once a slot freed
   std::unique_ptr<transport::Net> net_;
   std::vector<bootstrap::RankInfo> ranks_;
   topology::ProbeResult probe_;

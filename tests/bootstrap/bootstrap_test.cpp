@@ -87,5 +87,41 @@ TEST(Store, WrongSecretCannotJoin) {
   EXPECT_EQ(r.status().code(), Code::kAuthError) << r.status().to_string();
 }
 
+// An elastic communicator's store hands rank 0's free slots to joiners, lowest first, each to one
+// joiner at a time until its claim runs out; with nothing free it says so.
+TEST(Store, FreeSlotsGoToOneJoinerAtATime) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 4; ++r)
+    ts.emplace_back([&, r] {
+      EXPECT_TRUE(exchange(id.value(), r, 4, RankInfo{"a" + std::to_string(r), "h", "", 4, 1, 1000},
+                           transport::deadline_in(10))
+                      .ok());
+    });
+  for (auto& t : ts) t.join();
+  auto d = transport::deadline_in(10);
+  auto none = claim_slot(id.value(), 5000, d);
+  EXPECT_EQ(none.status().code(), Code::kInvalidUsage);
+  EXPECT_EQ(none.status().message(), kNoFreeSlot);
+  {
+    SlotBoard board(id.value());
+    board.publish({3, 1});
+    auto first = claim_slot(id.value(), 5000, d);
+    while (!first.ok() && first.status().message() == kNoFreeSlot && transport::Clock::now() < d)
+      first = claim_slot(id.value(), 5000, d);  // until the board's list arrived
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(first.value(), 1);
+    auto second = claim_slot(id.value(), 0, d);  // a claim that runs out at once
+    ASSERT_TRUE(second.ok()) << second.status().to_string();
+    EXPECT_EQ(second.value(), 3);
+    auto again = claim_slot(id.value(), 5000, d);
+    ASSERT_TRUE(again.ok()) << "slot 3's claim ran out: " << again.status().to_string();
+    EXPECT_EQ(again.value(), 3);
+    auto full = claim_slot(id.value(), 5000, d);
+    EXPECT_EQ(full.status().message(), kAllClaimed);
+  }
+}
+
 }  // namespace
 }  // namespace sparrow::bootstrap

@@ -46,6 +46,7 @@ struct Plan {
   Fault fault = Fault::kNone;
   bool rejoin = false;  // a new process joins the victim's slot once it died (the root then runs until
                         // it has had kAfterJoin steps with every rank a member again)
+  bool any_slot = false;  // the joiner asks for any free slot (*rank = -1) instead of naming it
 };
 constexpr int kAfterJoin = 3, kMaxSteps = 400;
 
@@ -141,12 +142,14 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
   if (read(go, &b, 1) != 1) return 2;
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
   cfg.elastic = 1;
-  int rank = p.victim;
+  int rank = p.any_slot ? -1 : p.victim;
   sparrowComm_t comm = nullptr;
   if (sparrowCommJoin(&comm, id, &cfg, &rank) != sparrowSuccess || rank != p.victim) {
-    fprintf(stderr, "join: %s\n", sparrowGetLastError(nullptr));
+    fprintf(stderr, "join (got slot %d): %s\n", rank, sparrowGetLastError(nullptr));
     return 29;
   }
+  int mine = -1;
+  if (sparrowCommUserRank(comm, &mine) != sparrowSuccess || mine != p.victim) return 28;
   std::vector<uint16_t> buf(kCount, 0);
   int s0 = -1;
   for (int k = 0; k <= kAfterJoin; ++k) {
@@ -320,6 +323,9 @@ TEST(ElasticConfig, BadConfigsAreInvalidArgumentBeforeAnythingStarts) {
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
   int rank = 0;
   EXPECT_EQ(sparrowCommJoin(&comm, id, nullptr, &rank), sparrowInvalidArgument) << "rank 0 is the root";
+  rank = -2;
+  EXPECT_EQ(sparrowCommJoin(&comm, id, nullptr, &rank), sparrowInvalidArgument) << "-1 is any slot, -2 nothing";
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("-1 (any free slot)"), std::string::npos);
   rank = 2;
   EXPECT_EQ(sparrowCommJoin(&comm, id, &cfg, &rank), sparrowInvalidArgument) << "not elastic";
   EXPECT_EQ(sparrowCommJoin(&comm, id, nullptr, nullptr), sparrowInvalidArgument);
@@ -424,6 +430,23 @@ TEST(Elastic, NewProcessJoinsTheSlotOfADeadRank) {
   EXPECT_EQ(o.exit[1], 0);
   EXPECT_EQ(o.exit[3], 0);
   EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed; 30 + k: its call k failed or had other bits";
+  EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
+// The same with a joiner that names no slot (*rank = -1): the store gives it the one the root let go
+// of (the joiner may ask before the drop: it waits for a slot to free).
+TEST(Elastic, NewProcessAsksForAnyFreeSlotAndGetsTheDeadRanks) {
+  Plan p;
+  p.victim = 3;
+  p.fault = Fault::kKillBetweenSteps;
+  p.rejoin = true;
+  p.any_slot = true;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded and the slot was taken again";
+  EXPECT_EQ(o.exit[3], -SIGKILL);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[2], 0);
+  EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed or gave another slot; 30 + k: its call k failed";
   EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 
