@@ -8,6 +8,10 @@
 // against its normal one and against 2 x normal + lease. Survivors must hold the root's last version.
 // --fault stall|partition|partition-region makes the stall a network fault of the emulator instead
 // (`wanemu fault`: the relay's host's packets held, or dropped, or its whole region cut off).
+// --fault rejoin: the relay leaves instead (its communicator aborted: its connections close, as when
+// a worker dies) and joins again at once as a new communicator (sparrowCommJoin, any free slot), as
+// a restarted worker would; the root prints where the joiner's first, full version came from (bytes
+// per peer: the root across the WAN, or a member of its own region).
 #include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
@@ -59,12 +63,13 @@ Opts parse(int argc, char** argv) {
       case 'l': o.lease_ms = int(sparrow::args::integer(kProg, "--lease-ms", optarg, 100, 600000)); break;
       case 'f':
         o.fault = optarg;
-        if (o.fault != "sigstop" && o.fault != "stall" && o.fault != "partition" && o.fault != "partition-region")
-          sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition or partition-region");
+        if (o.fault != "sigstop" && o.fault != "stall" && o.fault != "partition" && o.fault != "partition-region" &&
+            o.fault != "rejoin")
+          sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition, partition-region or rejoin");
         break;
       case 'h':
         printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
-               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region]\n"
+               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin]\n"
                "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
                "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
                "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
@@ -74,7 +79,11 @@ Opts parse(int argc, char** argv) {
                "  --fault F        how it stalls: sigstop (the process stops itself, default); under the namespace\n"
                "                   emulator (scripts/wanemu-mpirun.sh) also stall (its host's packets are held\n"
                "                   for --stall-ms), partition (dropped) or partition-region (its whole region\n"
-               "                   cut off from the others: every rank there is lost)\n",
+               "                   cut off from the others: every rank there is lost); rejoin: it leaves\n"
+               "                   (its communicator aborted) and joins again at once with sparrowCommJoin;\n"
+               "                   (the root waits one lease before the next step, as a training step would);\n"
+               "                   the output shows the bytes its first, full version took from each peer\n"
+               "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison)\n",
                kProg);
         exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
@@ -136,6 +145,53 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct Joined {
+  int first_step = -1;
+  double join_s = -1, first_s = -1;
+  std::vector<double> bytes;  // [rank]: received from it in the first step
+};
+
+// --fault rejoin on the victim: abort its communicator (every connection closes; the root drops it)
+// and join again at once, taking any free slot (its own); then take part in every step the root
+// still runs (the root writes the step into element 0), noting when each returned.
+Joined leave_and_rejoin(const Opts& o, const sparrowUniqueId& id, sparrowConfig_t cfg, sparrowComm_t* comm,
+                        std::vector<uint16_t>& buf, std::vector<double>* done, std::vector<int>* rc) {
+  Joined j;
+  sparrowCommAbort(*comm);
+  *comm = nullptr;
+  int slot = -1;
+  const double tj = now();
+  if (sparrowCommJoin(comm, id, &cfg, &slot) != sparrowSuccess) {
+    fprintf(stderr, "%s: the rejoin failed: %s\n", kProg, sparrowGetLastError(nullptr));
+    return j;
+  }
+  j.join_s = now() - tj;
+  for (;;) {
+    const double t = now();
+    const int r = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr);
+    if (r != sparrowSuccess) {
+      fprintf(stderr, "%s: the joiner's call failed: %s\n", kProg, sparrowGetLastError(*comm));
+      return j;
+    }
+    const int s = buf[0];
+    if (s >= o.steps) return j;
+    (*done)[size_t(s)] = now();
+    (*rc)[size_t(s)] = r;
+    if (j.first_step < 0) {
+      j.first_step = s;
+      j.first_s = now() - t;
+      sparrowPeerStats ps[1024];
+      int np = 0;
+      sparrowCommGetPeerStats(*comm, ps, 1024, &np);
+      for (int i = 0; i < np && i < 1024; ++i) {
+        if (size_t(ps[i].rank) >= j.bytes.size()) j.bytes.resize(size_t(ps[i].rank) + 1, 0);
+        j.bytes[size_t(ps[i].rank)] = double(ps[i].bytesReceived);
+      }
+    }
+    if (s == o.steps - 1) return j;
+  }
+}
+
 struct Report {
   const Opts& o;
   int n;
@@ -145,6 +201,11 @@ struct Report {
   std::vector<std::string> region;   // per rank
   int victim;
   std::vector<bool> lost;            // the victim, or with partition-region every rank of its region
+  // --fault rejoin, from the joiner: its first step, the join call's and that step's seconds, and
+  // the bytes of that step from each rank.
+  int join_step = -1;
+  double join_s = -1, first_s = -1;
+  std::vector<double> join_bytes;
 
   // Per step: the last return in region `g` (ranks not lost) since the root's start.
   double region_step(const std::string& g, int s) const {
@@ -156,12 +217,16 @@ struct Report {
   int print() const {
     std::map<std::string, int> regions;
     for (int r = 1; r < n; ++r) regions[region[size_t(r)]]++;
-    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) stalls %d ms at step %d (%s)\n",
-           n, (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), o.stall_ms, o.stall_step,
-           o.fault == "sigstop"             ? "SIGSTOP"
-           : o.fault == "stall"             ? "its host's packets held"
-           : o.fault == "partition"         ? "its host cut off"
-                                            : "its region cut off");
+    char what[128];
+    if (o.fault == "rejoin") snprintf(what, sizeof what, "leaves at step %d and joins again", o.stall_step);
+    else
+      snprintf(what, sizeof what, "stalls %d ms at step %d (%s)", o.stall_ms, o.stall_step,
+               o.fault == "sigstop"       ? "SIGSTOP"
+               : o.fault == "stall"       ? "its host's packets held"
+               : o.fault == "partition"   ? "its host cut off"
+                                          : "its region cut off");
+    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) %s\n", n,
+           (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), what);
     printf("# step");
     for (auto& [g, k] : regions) printf(" %12s", g.c_str());
     printf("   (ms from the root's call to the region's last return)\n");
@@ -173,7 +238,7 @@ struct Report {
         if (any) printf(" %12.1f", region_step(g, s) * 1e3);
         else printf(" %12s", "lost");
       }
-      printf("%s\n", s == o.stall_step ? "   <- stall" : "");
+      printf("%s\n", s == o.stall_step ? (o.fault == "rejoin" ? "   <- leaves" : "   <- stall") : "");
     }
     int failed = 0;
     for (int r = 1; r < n; ++r)
@@ -194,7 +259,21 @@ struct Report {
              g.c_str(), nm * 1e3, hit * 1e3, hit / nm, limit * 1e3, hit <= limit ? "within" : "EXCEEDED");
     }
     printf("# survivors' failed calls: %d\n", failed);
-    return failed || exceeded ? 1 : 0;
+    if (o.fault == "rejoin") print_join();
+    return failed || exceeded || (o.fault == "rejoin" && join_step < 0) ? 1 : 0;
+  }
+  void print_join() const {
+    if (join_step < 0) {
+      printf("# rank %d left at step %d and did not take part again\n", victim, o.stall_step);
+      return;
+    }
+    printf("# rank %d (region %s) left at step %d and joined again (sparrowCommJoin took %.1f ms); its first step %d "
+           "(a full version) took %.1f ms; bytes received in it:",
+           victim, region[size_t(victim)].c_str(), o.stall_step, join_s * 1e3, join_step, first_s * 1e3);
+    for (int r = 0; r < n; ++r)
+      if (r != victim && join_bytes[size_t(r)] > 0)
+        printf(" from rank %d (%s%s) %.0f", r, region[size_t(r)].c_str(), r == 0 ? ", the root" : "", join_bytes[size_t(r)]);
+    printf("\n");
   }
 };
 
@@ -211,7 +290,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  if (o.fault != "sigstop" && (!getenv("WANEMU_CONTROL") || !getenv("WANEMU_BIN") || !getenv("WANEMU_RANK"))) {
+  if (o.fault != "sigstop" && o.fault != "rejoin" && (!getenv("WANEMU_CONTROL") || !getenv("WANEMU_BIN") || !getenv("WANEMU_RANK"))) {
     if (rank == 0) fprintf(stderr, "%s: --fault %s needs the namespace emulator (scripts/wanemu-mpirun.sh)\n", kProg, o.fault.c_str());
     MPI_Finalize();
     return 2;
@@ -239,8 +318,10 @@ int main(int argc, char** argv) {
   std::vector<int> rc(size_t(o.steps));
   int victim = o.stall_rank;
   std::vector<bool> lost(static_cast<size_t>(n), false);
+  Joined joined;
   for (int s = 0; s < o.steps; ++s) {
     if (rank == 0 && s > 0) sparrow::gen::mutate_exact(buf.data(), count, 2, o.density, uint64_t(s));
+    if (rank == 0) buf[0] = uint16_t(s);  // the step, for a joiner that does not know which it got
     if (s == 1) {  // after the first (full) step: every rank knows its children; pick the victim
       int mine = rank != 0 && has_children(comm) ? rank : n, first = n;
       MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -254,20 +335,40 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
       }
     }
+    if (rank == victim && s == o.stall_step && o.fault == "rejoin") {
+      joined = leave_and_rejoin(o, id, cfg, &comm, buf, &done, &rc);
+      break;
+    }
     if (rank == victim && s == o.stall_step) inject(o);
+    // rejoin: the root leaves the joiner one lease before the next step (a trainer's step between two
+    // syncs), so that its join request is there when that step admits it.
+    if (rank == 0 && o.fault == "rejoin" && s == o.stall_step + 1) usleep(useconds_t(o.lease_ms) * 1000);
     t0[size_t(s)] = now();
     rc[size_t(s)] = sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
     done[size_t(s)] = now();
+    if (rank == 0)  // progress, to stderr: the table comes at the end
+      fprintf(stderr, "%s: step %d of %d done in %.1f ms\n", kProg, s + 1, o.steps, (done[size_t(s)] - t0[size_t(s)]) * 1e3);
     if (rc[size_t(s)] != sparrowSuccess && !lost[size_t(rank)])
       fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
   }
   Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim, lost};
+  if (o.fault == "rejoin") {  // the joiner's figures to the root
+    double mine[3] = {double(joined.first_step), joined.join_s, joined.first_s}, got[3] = {-1, -1, -1};
+    MPI_Reduce(mine, got, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    rep.join_step = int(got[0]);
+    rep.join_s = got[1];
+    rep.first_s = got[2];
+    joined.bytes.resize(size_t(n), 0);
+    rep.join_bytes.assign(size_t(n), 0);
+    MPI_Reduce(joined.bytes.data(), rep.join_bytes.data(), n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  }
   MPI_Gather(done.data(), o.steps, MPI_DOUBLE, rep.done.data(), o.steps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(rc.data(), o.steps, MPI_INT, rep.rc.data(), o.steps, MPI_INT, 0, MPI_COMM_WORLD);
   // Survivors hold the root's last version.
   uint64_t h = XXH3_64bits(buf.data(), count * 2), h0 = h;
   MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  int wrong = !lost[size_t(rank)] && h != h0, wrong_sum = 0;
+  const bool back = o.fault == "rejoin" && rank == victim && joined.first_step >= 0;  // must hold it too
+  int wrong = (!lost[size_t(rank)] || back) && h != h0, wrong_sum = 0;
   MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   int exit_code = 0;
   if (rank == 0) {
@@ -275,9 +376,9 @@ int main(int argc, char** argv) {
     exit_code = rep.print();
     int members[1024], nlive = 0;
     sparrowCommGetMembers(comm, members, 1024, &nlive);
-    const int nlost = int(std::count(lost.begin(), lost.end(), true));
-    printf("# members at the end: %d of %d (%d lost to the fault); survivors with other bits than the root: %d\n", nlive, n,
-           nlost, wrong_sum);
+    const int nlost = o.fault == "rejoin" && rep.join_step >= 0 ? 0 : int(std::count(lost.begin(), lost.end(), true));
+    printf("# members at the end: %d of %d (%d lost to the fault); %s with other bits than the root: %d\n", nlive, n,
+           nlost, o.fault == "rejoin" ? "survivors and the joiner" : "survivors", wrong_sum);
     if (wrong_sum || nlive != n - nlost) exit_code = 1;  // the lost ranks must have been dropped, and only they
   }
   sparrowCommDestroy(comm);

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "core/log.h"
 
@@ -178,10 +179,16 @@ Status join(Engine& e) {
   e.comm.adopt(std::move(ranks), std::move(probe), w.first_seq);
   // The higher ranks expect this rank to connect to them (the lower ones connect here once the
   // first operation's header tells them where it is): connect now, so none of them waits for it.
-  for (int r = e.rank() + 1; r < e.comm.nranks(); ++r) {
-    Status s = net.connect(r, transport::deadline_in(std::min(2.0, e.comm.lease_s())));
-    if (!s.ok()) SPARROW_INFO("rank %d: could not connect to rank %d yet (%s)", e.rank(), r, s.message().c_str());
-  }
+  // All at once: each costs round trips (a WAN's), and rank 0's first operation with this rank,
+  // which expects its acknowledgement within the lease, has begun.
+  const auto by = transport::deadline_in(std::min(2.0, e.comm.lease_s() / 2));
+  std::vector<std::thread> ts;
+  for (int r = e.rank() + 1; r < e.comm.nranks(); ++r)
+    ts.emplace_back([&net, &e, r, by] {
+      Status s = net.connect(r, by);
+      if (!s.ok()) SPARROW_INFO("rank %d: could not connect to rank %d yet (%s)", e.rank(), r, s.message().c_str());
+    });
+  for (auto& t : ts) t.join();
   return Status::Ok();
 }
 

@@ -94,8 +94,26 @@ std::vector<uint8_t> OpHeader::encode() const {
   if (flags & kOpElastic) {
     put_ranks(o, members);
     put_places(o, moved);
+    format::put_u32(o, uint32_t(seeds.size()));
+    for (auto [r, from] : seeds) {
+      format::put_u32(o, uint32_t(r));
+      format::put_u32(o, uint32_t(from));
+    }
   }
   return o;
+}
+
+int OpHeader::seeder_of(int rank) const {
+  for (auto [r, from] : seeds)
+    if (r == rank) return from;
+  return -1;
+}
+
+std::vector<int> OpHeader::seeded_by(int rank) const {
+  std::vector<int> out;
+  for (auto [r, from] : seeds)
+    if (from == rank) out.push_back(r);
+  return out;
 }
 
 Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
@@ -124,6 +142,16 @@ Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
   if (h.flags & kOpElastic) {
     SPARROW_RETURN_IF_ERROR(get_ranks(r, &h.members, "members"));
     SPARROW_RETURN_IF_ERROR(get_places(r, &h.moved));
+    uint32_t ns;
+    SPARROW_RETURN_IF_ERROR(r.u32(&ns));
+    if (ns > kMaxListed) return CorruptData("operation header: too many seeds");
+    for (uint32_t i = 0; i < ns; ++i) {
+      uint32_t rk, from;
+      SPARROW_RETURN_IF_ERROR(r.u32(&rk));
+      SPARROW_RETURN_IF_ERROR(r.u32(&from));
+      if (rk == from) return CorruptData("operation header: a rank seeds itself");
+      h.seeds.push_back({int32_t(rk), int32_t(from)});
+    }
   }
   return h;
 }

@@ -5,7 +5,9 @@
 //   sub 1..        the payload: dense segments; or the sparse checkpoint's header (sub 1), chunks in
 //                  the order the root produced them, and the footer (the end marker)
 //   kResyncSub     root -> rank: a full snapshot, or the retained deltas from the version the rank
-//                  holds to this operation's base ("SPCH" chain message)
+//                  holds to this operation's base ("SPCH" chain message); elastic: a seeder -> rank
+//                  (the header's seeds), a full snapshot of this operation's version once the seeder
+//                  committed it
 //   kAckSub        rank -> root: the operation's status on that rank, whether it asks for a resync
 //                  and the version it holds (sent also when its call failed)
 //   (any sub)      an abort frame in place of the part a rank waits for: its parent lost its own
@@ -61,6 +63,11 @@ struct OpHeader {
   uint64_t segment = 0;
   std::vector<int32_t> members;  // kOpElastic: the live ranks, increasing
   std::vector<Place> moved;      // kOpElastic: members that rejoined, where they are now
+  // kOpElastic: (rank, seeder): a resynced rank's full snapshot comes from a member of its region
+  // (which sends it once it committed this operation) instead of from the root.
+  std::vector<std::pair<int32_t, int32_t>> seeds;
+  int seeder_of(int rank) const;             // -1: none (the root sends, if anyone)
+  std::vector<int> seeded_by(int rank) const;  // the ranks `rank` seeds
   std::vector<uint8_t> encode() const;
   static Result<OpHeader> decode(const std::vector<uint8_t>& m);
 };

@@ -47,7 +47,23 @@ struct Plan {
   bool rejoin = false;  // a new process joins the victim's slot once it died (the root then runs until
                         // it has had kAfterJoin steps with every rank a member again)
   bool any_slot = false;  // the joiner asks for any free slot (*rank = -1) instead of naming it
+  const char* regions = nullptr;  // one letter per rank (SPARROW_REGION); the joiner takes the victim's
+  int seeder = -1;  // the rank that must send the joiner its first, full version (not the root)
 };
+
+void set_region(const Plan& p, int rank) {
+  if (p.regions && rank < int(strlen(p.regions))) setenv("SPARROW_REGION", std::string(1, p.regions[rank]).c_str(), 1);
+}
+
+// Bytes this rank received from `peer` in its last operation (-1: none listed).
+long long received_from(sparrowComm_t comm, int peer) {
+  sparrowPeerStats ps[64];
+  int n = 0;
+  if (sparrowCommGetPeerStats(comm, ps, 64, &n) != sparrowSuccess) return -1;
+  for (int i = 0; i < n && i < 64; ++i)
+    if (ps[i].rank == peer) return (long long)ps[i].bytesReceived;
+  return 0;
+}
 constexpr int kAfterJoin = 3, kMaxSteps = 400;
 
 sparrowComm_t open_comm(const sparrowUniqueId& id, int rank, int n) {
@@ -140,6 +156,7 @@ int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
 int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
   char b;
   if (read(go, &b, 1) != 1) return 2;
+  set_region(p, p.victim);
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
   cfg.elastic = 1;
   int rank = p.any_slot ? -1 : p.victim;
@@ -161,6 +178,13 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
       for (int s = p.fault_step; s < p.fault_step + 100 && s0 < 0; ++s)
         if (buf == weights(s)) s0 = s;
       if (s0 < 0) return 30;  // not a whole version of any step
+      // Seeded: the whole version came from the seeder; from the root at most this step's delta
+      // (when the root is the joiner's parent), several times smaller.
+      const long long seeded = received_from(comm, p.seeder), rooted = received_from(comm, 0);
+      if (p.seeder >= 0 && !(seeded > 4 * rooted)) {
+        fprintf(stderr, "joiner: %lld bytes from rank %d, %lld from the root\n", seeded, p.seeder, rooted);
+        return 27;
+      }
     } else if (buf != weights(s0 + k)) {
       return 30 + k;
     }
@@ -218,6 +242,7 @@ Outcome run(const Plan& p) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(60);  // a hang ends as SIGALRM, not as a stuck test
+      set_region(p, r);
       sparrowUniqueId id;
       if (r == 0) {
         if (sparrowGetUniqueId(&id) != sparrowSuccess || write(up[1], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
@@ -447,6 +472,24 @@ TEST(Elastic, NewProcessAsksForAnyFreeSlotAndGetsTheDeadRanks) {
   EXPECT_EQ(o.exit[1], 0);
   EXPECT_EQ(o.exit[2], 0);
   EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed or gave another slot; 30 + k: its call k failed";
+  EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
+// A joiner in a region with a member that holds the version gets its first, full version from that
+// member, not across the WAN from the root (regions a,a,b,b: rank 2 seeds the joiner of slot 3).
+TEST(Elastic, JoinerGetsItsFullVersionFromAMemberOfItsRegion) {
+  Plan p;
+  p.algo = "region_tree";
+  p.regions = "aabb";
+  p.victim = 3;
+  p.seeder = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  p.rejoin = true;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[2], 0);
+  EXPECT_EQ(o.joiner_exit, 0) << "27: the whole version did not come from rank 2; 29: the join failed; 30 + k: call k";
   EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 

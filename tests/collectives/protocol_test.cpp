@@ -30,22 +30,29 @@ TEST(Protocol, OpHeaderRoundTripsAndRejectsTruncation) {
   EXPECT_EQ(OpHeader::decode(m).status().code(), Code::kCorruptData);
 }
 
-TEST(Protocol, ElasticHeaderCarriesMembersAndMovedPlaces) {
+TEST(Protocol, ElasticHeaderCarriesMembersMovedPlacesAndSeeds) {
   OpHeader h;
   h.kind = kSparse;
   h.flags = kOpElastic;
   h.members = {0, 1, 3};
   h.moved = {{3, "10.0.0.7:4000", "host7", "eu"}};
+  h.seeds = {{3, 1}};
   auto m = h.encode();
   auto d = OpHeader::decode(m);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->members, h.members);
+  EXPECT_EQ(d->seeder_of(3), 1);
+  EXPECT_EQ(d->seeder_of(1), -1);
+  EXPECT_EQ(d->seeded_by(1), std::vector<int>{3});
+  EXPECT_TRUE(d->seeded_by(3).empty());
   ASSERT_EQ(d->moved.size(), 1u);
   EXPECT_EQ(d->moved[0].rank, 3);
   EXPECT_EQ(d->moved[0].address, "10.0.0.7:4000");
   EXPECT_EQ(d->moved[0].region, "eu");
   for (size_t n = 0; n < m.size(); ++n)
     EXPECT_FALSE(OpHeader::decode(std::vector<uint8_t>(m.begin(), m.begin() + long(n))).ok()) << n;
+  h.seeds = {{2, 2}};
+  EXPECT_EQ(OpHeader::decode(h.encode()).status().code(), Code::kCorruptData) << "a rank seeding itself";
 }
 
 TEST(Protocol, JoinRequestWelcomeAndReattachRoundTrip) {

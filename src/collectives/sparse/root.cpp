@@ -24,7 +24,43 @@ params::StringParam kCodec("CODEC", "auto",
                            "Checkpoint codecs for sparse_bcast: auto (smallest per chunk) or paper (SparrowRL's leb128 + overwrite, for ablations).",
                            {"auto", "paper"});
 
+params::BoolParam kSeed("SEED_FROM_REGION", true,
+                        "Elastic communicators: a rank that needs a full snapshot (a joiner) gets it from a member of "
+                        "its own region that holds the version, instead of from the root (0: always from the root).");
+
 using Frames = std::vector<Frame>;
+
+// Who sends `r` its full snapshot instead of the root: a member of r's region (as the tree sees
+// regions) that gets no resync itself and so holds the version, r's parent when it is one; -1: none.
+int pick_seeder(const topology::Tree& t, const std::vector<int>& members, const std::map<int, uint64_t>& resync, int r) {
+  const std::string& region = t.region[size_t(r)];
+  if (region.empty() || region == t.region[size_t(t.root)]) return -1;  // the root's region: the root is as near
+  auto fits = [&](int p) {
+    return p != r && p != t.root && !resync.count(p) && t.region[size_t(p)] == region &&
+           std::binary_search(members.begin(), members.end(), p);
+  };
+  if (t.parent[size_t(r)] >= 0 && fits(t.parent[size_t(r)])) return t.parent[size_t(r)];
+  for (int p : members)
+    if (fits(p)) return p;
+  return -1;
+}
+
+// Elastic: the ranks of `resync` due a full snapshot that a member of their region seeds instead (taken
+// out of `resync` into `seeds`; they stay listed in the header as resynced).
+void choose_seeds(const SparseOp& op, std::map<int, uint64_t>& resync, std::vector<std::pair<int32_t, int32_t>>* seeds) {
+  if (!kSeed.get()) return;
+  for (auto it = resync.begin(); it != resync.end();) {
+    const int from = it->second == 0 ? pick_seeder(op.tree, op.members, resync, it->first) : -1;
+    if (from < 0) {
+      ++it;
+      continue;
+    }
+    SPARROW_INFO("operation %llu: rank %d gets its full snapshot from rank %d (region %s), not from the root",
+                 (unsigned long long)op.seq, it->first, from, op.tree.region[size_t(it->first)].c_str());
+    seeds->push_back({int32_t(it->first), int32_t(from)});
+    ++it;
+  }
+}
 
 RootState& root_state(Engine& e, const SparseOp& op) {
   auto& rs = e.roots[op.key];
@@ -198,6 +234,10 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   Fanout out(w, kids, false);
   OpHeader hdr = sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr);
   for (auto& [r, place] : e.moved) hdr.moved.push_back(place);
+  if (elastic && !full) {
+    choose_seeds(op, resync, &hdr.seeds);
+    for (auto [r, from] : hdr.seeds) resync.erase(r);  // listed in the header; the seeder sends it
+  }
   Frame header = share(hdr.encode());
   if (elastic) {
     send_header_to_all(e, w, header);

@@ -131,6 +131,10 @@ Phase SparseSink::on_header() {
   full_ = h->flags & kOpFull;  // the root sends a verdict on exactly these
   const auto& listed = h->resync;
   resync_ = !full_ && (rv_->stale || std::find(listed.begin(), listed.end(), e_.rank()) != listed.end());
+  if (result_.ok()) {
+    seeder_ = h->seeder_of(e_.rank());
+    seed_to_ = h->seeded_by(e_.rank());
+  }
   for (auto& b : bufs_) dst_.push_back(b.recv);
   if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
   return Phase::kStream;
@@ -172,14 +176,77 @@ Phase SparseSink::on_accept() {
   return Phase::kAck;
 }
 
-// The resync from the root, checked in place of this step's delta.
+// The resync from the root (or from this rank's seeder), checked in place of this step's delta.
 Status SparseSink::accept_resync() {
-  SPARROW_ASSIGN_OR_RETURN(auto m, relay_.wire().recv(root_, kResyncSub));
-  Frame blob = share(std::move(m));
+  const int from = seeder_ >= 0 ? seeder_ : root_;
+  // A seeder sends once it committed this step (about when this rank's stream ended); one that does
+  // not (it died, or stages its commit) must not hold this rank past the root's lease: it then asks
+  // for a resync from the root at the next operation.
+  const auto d = seeder_ >= 0 ? std::min(relay_.wire().deadline, transport::deadline_in(e_.comm.lease_s() / 2))
+                              : relay_.wire().deadline;
+  auto m = relay_.wire().recv(from, kResyncSub, d);
+  if (!m.ok())
+    return std::move(m).take_status().context(seeder_ >= 0 ? "waiting for the full version from rank " +
+                                                                  std::to_string(seeder_) + " (a member of its region)"
+                                                            : std::string("waiting for the resync from the root"));
+  Frame blob = share(std::move(m.value()));
   resync_bytes_ += blob->size();
+  if (seeder_ >= 0) SPARROW_RETURN_IF_ERROR(check_seed(blob));
   sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
   if (!is_chain_message(*blob)) return feed_checkpoint(*sess_, blob);
   return catch_up(blob);
+}
+
+// A seeder's snapshot must be this very step: the version and the resulting digests of the root's
+// own checkpoint of it (which this rank received through the tree). The session then checks that
+// the snapshot's contents have those digests.
+Status SparseSink::check_seed(const Frame& blob) const {
+  if (held_.empty() || !footer_) return CorruptData("no checkpoint from the root to check the seed against");
+  auto parse = [](std::span<const uint8_t> head, std::span<const uint8_t> foot,
+                   std::pair<uint64_t, std::vector<uint64_t>>* out) -> Status {
+    size_t used = 0;
+    SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(head, &used));
+    SPARROW_ASSIGN_OR_RETURN(format::Footer f, format::parse_footer(foot, h, &used));
+    *out = {h.new_version, f.new_digests};
+    return Status::Ok();
+  };
+  std::pair<uint64_t, std::vector<uint64_t>> root, seed;
+  SPARROW_RETURN_IF_ERROR(parse(*held_.front(), *footer_, &root));
+  if (is_chain_message(*blob)) return CorruptData("rank " + std::to_string(seeder_) + " sent a chain, not a snapshot");
+  // The snapshot's footer is its last frame: find it after the header and chunks.
+  std::span<const uint8_t> all(*blob);
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header sh, format::parse_header(all, &used));
+  auto rest = all.subspan(used);
+  while (rest.size() >= 4 && format::load_u32(rest.data()) != format::kFooterMagic) {
+    SPARROW_ASSIGN_OR_RETURN(format::ChunkView cv, format::parse_chunk(rest, sh, &used));
+    (void)cv;
+    rest = rest.subspan(used);
+  }
+  SPARROW_RETURN_IF_ERROR(parse(all, rest, &seed));
+  if (seed != root)
+    return CorruptData("rank " + std::to_string(seeder_) + "'s snapshot is version " + std::to_string(seed.first) +
+                       " with other contents than the root's version " + std::to_string(root.first));
+  return Status::Ok();
+}
+
+// This rank committed the step: the ranks of its region it seeds get their snapshot of it from here
+// (a failure is theirs to report: they ask the root for a resync at the next operation).
+void SparseSink::send_seeds() {
+  std::vector<const void*> cur(dst_.begin(), dst_.end());
+  auto snap = kernels::cpu::DeltaEncoder::snapshot_at(op_.layout, cur, rv_->st.version);
+  if (!snap.ok()) {
+    SPARROW_WARN("rank %d could not encode the snapshot it seeds rank(s) with: %s", e_.rank(),
+                 snap.status().to_string().c_str());
+    return;
+  }
+  const Frame m = share(std::move(snap.value()));
+  std::vector<transport::SendRequestPtr> reqs;
+  const OpWire& w = relay_.wire();
+  Status s = w.send(seed_to_, kResyncSub, m, &reqs);
+  if (s.ok()) s = wait_all(reqs, std::min(w.deadline, transport::deadline_in(e_.comm.lease_s())));
+  if (!s.ok()) SPARROW_INFO("rank %d: seeding rank(s) with its snapshot failed: %s", e_.rank(), s.to_string().c_str());
+  else SPARROW_TRACE("rank %d seeded %zu rank(s) with a %zu-byte snapshot", e_.rank(), seed_to_.size(), m->size());
 }
 
 // The deltas this rank missed, then this step's as it arrived: composed and written once.
@@ -244,6 +311,7 @@ Status SparseSink::commit(Status received) {
     state_.advance(Phase::kCommit);
     result = sess_->commit(&as);
     if (result.ok() && resync_) resynced_ = true;
+    if (result.ok() && !seed_to_.empty()) send_seeds();
     state_.advance(Phase::kDone);
   }
   // Expect a snapshot next time exactly when this step was refused and one was asked for; a

@@ -52,7 +52,9 @@ class SparseSink {
   Phase on_verdict();
   Phase on_flush();
   Status accept_resync();
+  Status check_seed(const Frame& blob) const;
   Status catch_up(const Frame& chain);
+  void send_seeds();
   void record_stats(const kernels::cpu::ApplyStats& as, const Status& result);
 
   Engine& e_;
@@ -73,6 +75,8 @@ class SparseSink {
   Status result_, fatal_;
   bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
   bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
+  int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
+  std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
 };
 
 }  // namespace sparrow::coll

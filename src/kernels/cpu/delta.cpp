@@ -126,8 +126,13 @@ Status DeltaEncoder::adopt_view(std::span<const void* const> base, uint64_t vers
 }
 
 Result<std::vector<uint8_t>> DeltaEncoder::snapshot(std::span<const void* const> current, const EncodeOptions& opt) const {
-  DeltaEncoder tmp(tensors_);
-  tmp.version_ = version_ > 0 ? version_ - 1 : 0;
+  return snapshot_at(tensors_, current, version_, opt);
+}
+
+Result<std::vector<uint8_t>> DeltaEncoder::snapshot_at(std::vector<TensorSpec> tensors, std::span<const void* const> current,
+                                                       uint64_t version, const EncodeOptions& opt) {
+  DeltaEncoder tmp(std::move(tensors));
+  tmp.version_ = version > 0 ? version - 1 : 0;  // encode() labels its output one version on
   tmp.keep_shadow_ = false;
   return tmp.encode(current, opt);
 }

@@ -85,6 +85,10 @@ class DeltaEncoder {
   // A full snapshot of `current` labelled with the current version (for a receiver that needs a
   // resync); the encoder's state is unchanged. `current` must hold that version.
   Result<std::vector<uint8_t>> snapshot(std::span<const void* const> current, const EncodeOptions& opt = {}) const;
+  // The same without an encoder: a full snapshot of `current` labelled `version` (a receiver that
+  // holds `version`, committed and verified, seeds another with it).
+  static Result<std::vector<uint8_t>> snapshot_at(std::vector<TensorSpec> tensors, std::span<const void* const> current,
+                                                  uint64_t version, const EncodeOptions& opt = {});
   void reset();
   // Takes `base` (host buffers) as the last version produced, numbered `version`, without encoding
   // it: the next encode() is the delta from it (how a step between two files on disk is made).
