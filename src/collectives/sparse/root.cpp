@@ -135,7 +135,14 @@ Status send_resyncs(Engine& e, const OpWire& w, RootState& rs, const std::vector
       }
       m = snapshot;
     }
-    SPARROW_RETURN_IF_ERROR(w.send({r}, kResyncSub, m));
+    Status sent = w.send({r}, kResyncSub, m);
+    if (!sent.ok() && e.comm.elastic() && e.members.is_live(r)) {
+      // An elastic member that cannot take its resync is dropped, like one that cannot take the
+      // header; the others' operation goes on.
+      drop_member(e, r, w.seq, "its resync could not be sent: " + sent.message());
+      continue;
+    }
+    SPARROW_RETURN_IF_ERROR(sent);
   }
   st.resyncs += ranks.size();
   return Status::Ok();
