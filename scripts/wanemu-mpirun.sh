@@ -14,10 +14,38 @@ for v in ${WANEMU_MPI_FORWARD:-}; do forward+=(-x "$v"); done
 if [ "${1:-}" = "--inside" ]; then
   shift
   hosts=${WANEMU_ADDRS}
-  exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
-    --mca plm_rsh_agent "$wanemu rsh" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
-    -x WANEMU_SCENARIO -x WANEMU_CONTROL -x WANEMU_BIN "${forward[@]}" "$@"
+  # Open MPI waits forever for a daemon that died before it reported (seen here about once in ten
+  # launches through the emulator): mpirun starts rank 0 itself once every daemon reported, so if
+  # no child of mpirun runs PROGRAM within WANEMU_MPI_LAUNCH_S seconds (default 60), the launch
+  # is ended (mpirun, by its PID; the run's teardown ends its daemons) and tried once more. Nothing
+  # of PROGRAM has run then.
+  prog=$(readlink -f "$(command -v "$1")" 2>/dev/null || echo "$1")
+  launch_s=${WANEMU_MPI_LAUNCH_S:-60}
+  case $launch_s in '' | *[!0-9]*) echo "wanemu-mpirun: WANEMU_MPI_LAUNCH_S=$launch_s is not a number of seconds" >&2; exit 2 ;; esac
+  for try in 1 2; do
+    mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
+      --mca plm_rsh_agent "${WANEMU_RSH_AGENT:-$wanemu rsh}" --mca plm_rsh_no_tree_spawn 1 \
+      --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
+      -x WANEMU_SCENARIO -x WANEMU_CONTROL -x WANEMU_BIN "${forward[@]}" "$@" &
+    pid=$!
+    launched=0
+    for ((t = 0; t < launch_s * 10 && !launched; t++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+        [ "$(readlink -f /proc/"$c"/exe 2>/dev/null)" = "$prog" ] && launched=1
+      done
+      [ $launched = 1 ] || sleep 0.1  # polling a launch, not a synchronisation
+    done
+    if [ $launched = 1 ] || ! kill -0 "$pid" 2>/dev/null; then
+      rc=0
+      wait "$pid" || rc=$?
+      exit $rc
+    fi
+    echo "wanemu-mpirun: mpirun started no rank of $1 within ${launch_s} s (a daemon died before it reported); ending it (try $try of 2)" >&2
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  exit 1
 fi
 if [ "${1:-}" = "--inside-proxy" ]; then
   # The unprivileged fallback: every rank on loopback, each one a host through `wanemu enter`.
