@@ -26,13 +26,14 @@
 
 namespace sparrow::wanemu {
 
-namespace {
-
 int64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+namespace {
+
 
 // Runs a command and waits; argv[0] is looked up in PATH. Output is discarded unless it fails.
 Status sh(const std::vector<std::string>& argv) {

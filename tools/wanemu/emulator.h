@@ -17,6 +17,8 @@
 
 namespace sparrow::wanemu {
 
+int64_t now_ns();  // CLOCK_MONOTONIC, the clock of the link model and of the faults' schedule
+
 struct HostRuntime {
   std::string ifname, addr;  // TUN name, 10.77.x.y
   pid_t holder = -1;         // keeps the namespace alive (dies with us: PR_SET_PDEATHSIG)

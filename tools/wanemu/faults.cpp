@@ -23,16 +23,7 @@
 
 namespace sparrow::wanemu {
 
-namespace {
-
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// Every process's parent, from /proc/PID/stat.
-std::map<pid_t, pid_t> parents() {
+std::map<pid_t, pid_t> process_parents() {
   std::map<pid_t, pid_t> out;
   DIR* d = opendir("/proc");
   if (!d) return out;
@@ -51,6 +42,8 @@ std::map<pid_t, pid_t> parents() {
   closedir(d);
   return out;
 }
+
+namespace {
 
 bool descends_from(pid_t p, pid_t ancestor, const std::map<pid_t, pid_t>& par) {
   for (int depth = 0; depth < 256 && p > 1; ++depth) {
@@ -72,7 +65,7 @@ std::string hosts_text(const Scenario& s, const std::vector<int>& hs) {
 
 std::vector<pid_t> host_processes(const Emulator& e, int host, bool leaves) {
   const uint64_t ns = e.netns_inode(host);
-  const auto par = parents();
+  const auto par = process_parents();
   std::vector<pid_t> out;
   for (auto [pid, ppid] : par) {
     if (pid == e.hosts()[size_t(host)].holder || pid == getpid()) continue;
@@ -101,7 +94,7 @@ Result<std::unique_ptr<FaultControl>> FaultControl::start(Emulator& e) {
       chmod(fc->path_.c_str(), 0600) != 0 || listen(fc->listen_fd_, 16) != 0)
     return SystemError("wanemu: control socket " + fc->path_, errno);
   if (pipe2(fc->wake_, O_CLOEXEC | O_NONBLOCK) != 0) return SystemError("pipe", errno);
-  fc->started_ns_ = mono_ns();
+  fc->started_ns_ = now_ns();
   FaultControl* raw = fc.get();
   fc->thread_ = std::thread([raw] { raw->serve(); });
   return fc;
@@ -130,7 +123,7 @@ Result<std::string> FaultControl::apply(const Fault& f) {
     for (int h = 0; h < int(s.hosts.size()); ++h)
       if (std::find(a.begin(), a.end(), h) == a.end()) b.push_back(h);
   }
-  const int64_t now = mono_ns();
+  const int64_t now = now_ns();
   const int64_t until = f.for_s > 0 ? now + int64_t(f.for_s * 1e9) : INT64_MAX;
   std::string what;
   if (f.kind == Fault::Kind::kKill || f.kind == Fault::Kind::kStop) {
@@ -159,7 +152,7 @@ Result<std::string> FaultControl::apply(const Fault& f) {
 
 void FaultControl::resume_due(bool all) {
   std::lock_guard<std::mutex> lk(mu_);
-  const int64_t now = mono_ns();
+  const int64_t now = now_ns();
   std::erase_if(resumes_, [&](const Resume& r) {
     if (!all && r.at_ns > now) return false;
     for (pid_t p : r.pids) kill(p, SIGCONT);
@@ -198,7 +191,7 @@ void FaultControl::serve() {
       if (stop_) return;
       for (auto& r : resumes_) deadline = std::min(deadline, r.at_ns);
     }
-    const int64_t now = mono_ns();
+    const int64_t now = now_ns();
     int timeout = deadline == INT64_MAX ? -1 : int(std::clamp<int64_t>((deadline - now + 999999) / 1000000, 0, 60000));
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     int k = poll(p, 2, timeout);
@@ -213,7 +206,7 @@ void FaultControl::serve() {
       if (c >= 0) answer(c);
     }
     resume_due(false);
-    while (next < schedule.size() && started_ns_ + int64_t(schedule[next].at_s * 1e9) <= mono_ns()) {
+    while (next < schedule.size() && started_ns_ + int64_t(schedule[next].at_s * 1e9) <= now_ns()) {
       auto r = apply(schedule[next++]);
       if (!r.ok()) fprintf(stderr, "wanemu: scheduled fault failed: %s\n", r.status().to_string().c_str());
     }

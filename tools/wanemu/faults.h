@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,9 @@
 #include "tools/wanemu/scenario.h"
 
 namespace sparrow::wanemu {
+
+// Every process's parent, from /proc/PID/stat.
+std::map<pid_t, pid_t> process_parents();
 
 // The processes of `host` that descend from this process (not the namespace's holder); with
 // `leaves`, only those without children.

@@ -98,21 +98,8 @@ int wait_all(std::vector<pid_t> pids) {
 std::vector<pid_t> children_of_self() {
   std::vector<pid_t> out;
   const pid_t me = getpid();
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    size_t rp = stat.rfind(')');  // the command name may contain spaces and parentheses
-    if (rp == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (sscanf(stat.c_str() + rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == me) out.push_back(pid_t(pid));
-  }
-  closedir(d);
+  for (auto [pid, ppid] : process_parents())
+    if (ppid == me) out.push_back(pid);
   return out;
 }
 
