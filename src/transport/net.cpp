@@ -91,8 +91,11 @@ FrameSink* Net::on_accept(const ConnPtr& c) {
   // Otherwise only lower ranks connect to us (and a revived higher one), each stream once.
   if (p > rank_ && !reversed_[size_t(p)]) return nullptr;
   // A joiner connects again only after its previous attempt failed: start its slot over rather than
-  // keep half of the old attempt's streams.
-  if (reversed_[size_t(p)] && size_t(s) < accepted_[p].size() && accepted_[p][size_t(s)])
+  // keep half of the old attempt's streams. That attempt may have had some streams refused (it came
+  // before the slot was free) and the others accepted, then closed by the joiner: a stream of the
+  // new attempt that arrives before any of those streams' number must not join them either.
+  if (reversed_[size_t(p)] && ((size_t(s) < accepted_[p].size() && accepted_[p][size_t(s)]) ||
+                               !mail_[size_t(p)]->failure().ok()))
     reset_slot_locked(p, true, true);
   auto& v = accepted_[p];
   if (v.size() < size_t(nstreams_)) v.resize(nstreams_);
