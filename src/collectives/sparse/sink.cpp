@@ -22,8 +22,19 @@ RecvState& receiver_state(Engine& e, const BufferKey& key, const std::vector<ker
   return rv;
 }
 
-// Hands a whole checkpoint (a resync snapshot) to an ApplySession frame by frame and prepares it.
-Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob) {
+// What a checkpoint leads to: the version it makes and that version's content digests.
+using Outcome = std::pair<uint64_t, std::vector<uint64_t>>;
+
+Result<Outcome> outcome_of(std::span<const uint8_t> header, std::span<const uint8_t> footer) {
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(header, &used));
+  SPARROW_ASSIGN_OR_RETURN(format::Footer f, format::parse_footer(footer, h, &used));
+  return Outcome{h.new_version, f.new_digests};
+}
+
+// Hands a whole checkpoint (a resync snapshot) to an ApplySession frame by frame and prepares it;
+// with `expect`, only a checkpoint that leads to that outcome.
+Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob, const Outcome* expect = nullptr) {
   std::span<const uint8_t> rest(*blob);
   size_t used = 0;
   SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(rest, &used));
@@ -34,6 +45,12 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob) {
     (void)cv;
     SPARROW_RETURN_IF_ERROR(sess.add_chunk(blob, rest.first(used)));
     rest = rest.subspan(used);
+  }
+  if (expect) {
+    SPARROW_ASSIGN_OR_RETURN(Outcome got, outcome_of(*blob, rest));
+    if (got != *expect)
+      return CorruptData("the snapshot is version " + std::to_string(got.first) + " with other contents than the "
+                         "root's version " + std::to_string(expect->first));
   }
   return sess.prepare(rest);
 }
@@ -191,43 +208,18 @@ Status SparseSink::accept_resync() {
                                                             : std::string("waiting for the resync from the root"));
   Frame blob = share(std::move(m.value()));
   resync_bytes_ += blob->size();
-  if (seeder_ >= 0) SPARROW_RETURN_IF_ERROR(check_seed(blob));
   sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
-  if (!is_chain_message(*blob)) return feed_checkpoint(*sess_, blob);
-  return catch_up(blob);
-}
-
-// A seeder's snapshot must be this very step: the version and the resulting digests of the root's
-// own checkpoint of it (which this rank received through the tree). The session then checks that
-// the snapshot's contents have those digests.
-Status SparseSink::check_seed(const Frame& blob) const {
-  if (held_.empty() || !footer_) return CorruptData("no checkpoint from the root to check the seed against");
-  auto parse = [](std::span<const uint8_t> head, std::span<const uint8_t> foot,
-                   std::pair<uint64_t, std::vector<uint64_t>>* out) -> Status {
-    size_t used = 0;
-    SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(head, &used));
-    SPARROW_ASSIGN_OR_RETURN(format::Footer f, format::parse_footer(foot, h, &used));
-    *out = {h.new_version, f.new_digests};
-    return Status::Ok();
-  };
-  std::pair<uint64_t, std::vector<uint64_t>> root, seed;
-  SPARROW_RETURN_IF_ERROR(parse(*held_.front(), *footer_, &root));
-  if (is_chain_message(*blob)) return CorruptData("rank " + std::to_string(seeder_) + " sent a chain, not a snapshot");
-  // The snapshot's footer is its last frame: find it after the header and chunks.
-  std::span<const uint8_t> all(*blob);
-  size_t used = 0;
-  SPARROW_ASSIGN_OR_RETURN(format::Header sh, format::parse_header(all, &used));
-  auto rest = all.subspan(used);
-  while (rest.size() >= 4 && format::load_u32(rest.data()) != format::kFooterMagic) {
-    SPARROW_ASSIGN_OR_RETURN(format::ChunkView cv, format::parse_chunk(rest, sh, &used));
-    (void)cv;
-    rest = rest.subspan(used);
-  }
-  SPARROW_RETURN_IF_ERROR(parse(all, rest, &seed));
-  if (seed != root)
-    return CorruptData("rank " + std::to_string(seeder_) + "'s snapshot is version " + std::to_string(seed.first) +
-                       " with other contents than the root's version " + std::to_string(root.first));
-  return Status::Ok();
+  if (seeder_ < 0) return is_chain_message(*blob) ? catch_up(blob) : feed_checkpoint(*sess_, blob);
+  // A seeder's snapshot must be this very step: the version and resulting digests of the root's own
+  // checkpoint of it (which this rank received through the tree); the session then checks that the
+  // snapshot's contents have those digests.
+  const std::string from_seeder = "the full version from rank " + std::to_string(seeder_);
+  if (is_chain_message(*blob)) return CorruptData(from_seeder + " is a chain, not a snapshot");
+  if (held_.empty() || !footer_) return CorruptData("no checkpoint from the root to check " + from_seeder + " against");
+  SPARROW_ASSIGN_OR_RETURN(Outcome root, outcome_of(*held_.front(), *footer_));
+  Status s = feed_checkpoint(*sess_, blob, &root);
+  if (!s.ok()) s.context(from_seeder);
+  return s;
 }
 
 // This rank committed the step: the ranks of its region it seeds get their snapshot of it from here

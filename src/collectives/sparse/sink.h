@@ -52,7 +52,6 @@ class SparseSink {
   Phase on_verdict();
   Phase on_flush();
   Status accept_resync();
-  Status check_seed(const Frame& blob) const;
   Status catch_up(const Frame& chain);
   void send_seeds();
   void record_stats(const kernels::cpu::ApplyStats& as, const Status& result);
