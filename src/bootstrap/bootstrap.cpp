@@ -419,8 +419,7 @@ SlotBoard::~SlotBoard() {
 void SlotBoard::publish(std::vector<int> free_slots) {
   std::lock_guard<std::mutex> lk(mu_);
   if (free_slots == last_ || gave_up_) return;
-  last_ = free_slots;
-  pending_ = std::move(free_slots);
+  last_ = std::move(free_slots);
   has_pending_ = true;
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   cv_.notify_all();
@@ -432,8 +431,8 @@ void SlotBoard::run() {
     cv_.wait(lk, [&] { return stop_ || has_pending_; });
     if (stop_) return;
     std::vector<uint8_t> msg;
-    format::put_u32(msg, uint32_t(pending_.size()));
-    for (int s : pending_) format::put_u32(msg, uint32_t(s));
+    format::put_u32(msg, uint32_t(last_.size()));
+    for (int s : last_) format::put_u32(msg, uint32_t(s));
     has_pending_ = false;
     lk.unlock();
     auto t = ask_store(id_, 0, kSubFree, msg, transport::deadline_in(5));

@@ -73,7 +73,7 @@ class SlotBoard {
   std::mutex mu_;
   std::condition_variable cv_;
   std::thread thread_;
-  std::vector<int> last_, pending_;
+  std::vector<int> last_;  // the latest list; has_pending_ until the thread sent it
   bool has_pending_ = false, stop_ = false, gave_up_ = false;
 };
 
