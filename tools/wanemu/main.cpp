@@ -605,41 +605,48 @@ int cmd_udp_echo(const char* addr) {
   }
 }
 
-int cmd_udp_probe(const char* addr, int timeout_ms) {
+// A UDP socket towards the echo on `addr` (port 7777), each answer awaited at most `timeout_ms`.
+int udp_echo_client(const char* addr, int timeout_ms, sockaddr_in* a) {
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(7777);
-  inet_pton(AF_INET, addr, &a.sin_addr);
+  *a = sockaddr_in{};
+  a->sin_family = AF_INET;
+  a->sin_port = htons(7777);
+  inet_pton(AF_INET, addr, &a->sin_addr);
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// One datagram to the echo and its answer: the round trip in ms, or -1 if none came in time.
+double udp_round_trip_ms(int fd, const sockaddr_in& a) {
   auto t0 = std::chrono::steady_clock::now();
-  char b[16] = "probe";
-  sendto(fd, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  bool got = recv(fd, b, sizeof b, 0) > 0;
-  printf("%.3f\n", got ? std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() : -1.0);
-  return got ? 0 : 1;
+  char b[16] = "ping";
+  sendto(fd, b, sizeof b, 0, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  if (recv(fd, b, sizeof b, 0) <= 0) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int cmd_udp_probe(const char* addr, int timeout_ms) {
+  sockaddr_in a;
+  const int fd = udp_echo_client(addr, timeout_ms, &a);
+  const double ms = udp_round_trip_ms(fd, a);
+  close(fd);
+  printf("%.3f\n", ms);
+  return ms >= 0 ? 0 : 1;
 }
 
 int cmd_udp_ping(const char* addr, int count) {
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(7777);
-  inet_pton(AF_INET, addr, &a.sin_addr);
-  timeval tv{1, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a;
+  const int fd = udp_echo_client(addr, 1000, &a);
   double best = 1e9;
   int got = 0;
   for (int i = 0; i < count + 20 && got < count; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    char b[16] = "ping";
-    sendto(fd, b, sizeof b, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    if (recv(fd, b, sizeof b, 0) > 0) {
-      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      ++got;
-    }
+    const double ms = udp_round_trip_ms(fd, a);
+    if (ms < 0) continue;
+    best = std::min(best, ms);
+    ++got;
   }
+  close(fd);
   printf("%.3f\n", got ? best : -1.0);
   return got ? 0 : 1;
 }
