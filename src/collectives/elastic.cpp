@@ -96,6 +96,10 @@ void admit_joiners(Engine& e, uint64_t seq) {
   auto& net = e.comm.net();
   for (int r = 0; r < e.comm.nranks(); ++r) {
     if (r == e.rank() || e.members.is_live(r)) continue;
+    // A joiner whose streams are not all up (some were refused before the slot was free) is not
+    // admitted over them: its welcome would wait for the rest. It tries again (its request stays
+    // here meanwhile, with the slot's streams).
+    if (net.incomplete_joiner(r)) continue;
     auto m = net.poll(r, transport::MsgKey{e.comm.comm_id(), 0, kJoinSub});
     if (!m.ok()) continue;
     auto place = decode_place(m.value());
@@ -167,6 +171,7 @@ Status join(Engine& e) {
   if (!m.ok())
     return std::move(m).take_status().context("rank " + std::to_string(e.rank()) + " asking rank 0 to admit it (at "
                                               "rank 0's next sparse broadcast; is the slot still held by a live member?)");
+  net.admitted();
   SPARROW_ASSIGN_OR_RETURN(Welcome w, Welcome::decode(m.value()));
   SPARROW_RETURN_IF_ERROR(w.status);
   if (int(w.places.size()) != e.comm.nranks() || w.rtt_s.size() != w.places.size())
@@ -196,6 +201,11 @@ void send_header_to_all(Engine& e, const OpWire& w, const Frame& header) {
   const auto d = std::min(w.deadline, transport::deadline_in(e.comm.lease_s()));
   for (int r : other_ranks(e)) {
     if (!e.members.is_live(r) && e.members.unreachable(r)) continue;
+    // Never wait on a joiner's streams: the others would wait for their header meanwhile.
+    if (w.net.incomplete_joiner(r)) {
+      if (e.members.is_live(r)) drop_member(e, r, w.seq, "its connections were not all up");
+      continue;
+    }
     auto q = w.net.send(r, w.key(0), transport::Payload{header->data(), header->size(), header}, d);
     if (q.ok()) continue;
     if (e.members.is_live(r)) drop_member(e, r, w.seq, "its header could not be sent: " + q.status().message());

@@ -116,7 +116,6 @@ Result<Frame> Relay::next(uint32_t sub) {
   out_.send(sub, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) bytes_ += f->size();
-  parts_++;
   SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
                 (unsigned long long)w_.seq, sub, f->size(), parent_, out_.children().size());
   return f;
@@ -126,7 +125,6 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   SPARROW_RETURN_IF_ERROR(w_.net.recv_into(parent_, w_.key(sub), dst, n, w_.deadline));
   out_.send_borrowed(sub, dst, n);
   bytes_ += n;
-  parts_++;
   return Status::Ok();
 }
 

@@ -80,7 +80,6 @@ class Relay {
   const OpWire& wire() const { return w_; }
   // Payload bytes (parts 1..; not the op header) received from the parent so far (any thread).
   uint64_t bytes() const { return bytes_.load(); }
-  uint32_t parts() const { return parts_.load(); }  // frames received so far
 
  private:
   // The parent failed while this rank waited for part `sub`: the children get the reason instead.
@@ -94,7 +93,6 @@ class Relay {
   bool reattached_ = false;
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
-  std::atomic<uint32_t> parts_{0};
 };
 
 }  // namespace sparrow::coll

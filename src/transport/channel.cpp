@@ -82,9 +82,24 @@ void Mailbox::conn_failed(Conn* c, const Status& why) {
   if (why.code() == Code::kPeerLost && streams_ > 1) {
     std::lock_guard<std::mutex> lk(mu_);
     closed_.insert(c);
-    if (int(closed_.size()) < streams_) return;
+    if (int(closed_.size()) < streams_ && !any_close_fails_) return;
   }
   fail(why);
+}
+
+size_t Mailbox::closed_streams() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return closed_.size();
+}
+
+void Mailbox::fail_on_any_close(bool on) {
+  bool fail_now;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    any_close_fails_ = on;
+    fail_now = on && !closed_.empty();
+  }
+  if (fail_now) fail(Status(Code::kPeerLost, peer_desc_ + " closed one of its connections"));
 }
 
 void Mailbox::fail(const Status& why) {

@@ -49,6 +49,11 @@ class Mailbox : public FrameSink {
   // Every current and future wait fails with `why` (peer lost, abort). First failure wins.
   void fail(const Status& why);
   Status failure() const;
+  // Connections of this peer that closed so far (without failing the mailbox).
+  size_t closed_streams() const;
+  // From now on the first connection that closes fails the mailbox, whatever the others do: a set
+  // of streams that must arrive whole (a joiner's to rank 0, until it is admitted).
+  void fail_on_any_close(bool on);
   // Drops the messages of communicator `comm` older than operation `seq` that arrived whole and that
   // nobody took (an operation this rank gave up on, a resync it no longer waits for), except those
   // with sub `keep_sub` (what this rank takes later: a root's acknowledgements).
@@ -89,6 +94,7 @@ class Mailbox : public FrameSink {
   int streams_ = 1;
   Notifier* notify_ = nullptr;
   std::set<Conn*> closed_;  // connections the peer closed
+  bool any_close_fails_ = false;
   double bw_ = 0;  // EWMA, bytes/s
   std::map<uint64_t, Traffic> traffic_;  // by operation sequence number
 };

@@ -1,5 +1,6 @@
 #include "transport/net.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "core/log.h"
@@ -69,6 +70,7 @@ void Net::reset_slot_locked(int peer, bool reversed, bool fresh) {
   const size_t p = size_t(peer);
   retired_mail_.push_back(std::move(mail_[p]));
   mail_[p] = std::make_unique<Mailbox>(desc(peer), nstreams_, &arrivals_);
+  if (joining_ && peer == 0) mail_[p]->fail_on_any_close(true);
   if (chans_[p]) {
     chans_[p]->close();
     retired_chans_.push_back(std::move(chans_[p]));
@@ -80,6 +82,27 @@ void Net::reset_slot_locked(int peer, bool reversed, bool fresh) {
   reversed_[p] = reversed;
   fresh_[p] = fresh;
   SPARROW_INFO("rank %d: %s starts afresh (a member that rejoined)", rank_, desc(peer).c_str());
+}
+
+void Net::set_joiner() {
+  std::lock_guard<std::mutex> lk(mu_);
+  joiner_ = joining_ = true;
+  mail_[0]->fail_on_any_close(true);
+}
+
+void Net::admitted() {
+  std::lock_guard<std::mutex> lk(mu_);
+  joining_ = false;
+  mail_[0]->fail_on_any_close(false);
+}
+
+bool Net::incomplete_joiner(int peer) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (peer < 0 || peer >= nranks_ || !reversed_[size_t(peer)]) return false;
+  if (mail_[size_t(peer)]->closed_streams() > 0) return true;
+  if (chans_[size_t(peer)]) return false;
+  const auto& v = accepted_[size_t(peer)];
+  return v.size() < size_t(nstreams_) || std::find(v.begin(), v.end(), nullptr) != v.end();
 }
 
 FrameSink* Net::on_accept(const ConnPtr& c) {
@@ -94,8 +117,9 @@ FrameSink* Net::on_accept(const ConnPtr& c) {
   // keep half of the old attempt's streams. That attempt may have had some streams refused (it came
   // before the slot was free) and the others accepted, then closed by the joiner: a stream of the
   // new attempt that arrives before any of those streams' number must not join them either.
+  Mailbox& m = *mail_[size_t(p)];
   if (reversed_[size_t(p)] && ((size_t(s) < accepted_[p].size() && accepted_[p][size_t(s)]) ||
-                               !mail_[size_t(p)]->failure().ok()))
+                               !m.failure().ok() || m.closed_streams() > 0))
     reset_slot_locked(p, true, true);
   auto& v = accepted_[p];
   if (v.size() < size_t(nstreams_)) v.resize(nstreams_);

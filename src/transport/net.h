@@ -51,8 +51,16 @@ class Net {
   void disconnect(int peer, const Status& why);
   void revive(int peer, const std::string& address);
   // A joiner: it connects out to rank 0 itself (which does not know its address yet), and rank 0
-  // accepts that connection from a higher rank because the slot is free.
-  void set_joiner() { joiner_ = true; }
+  // accepts that connection from a higher rank because the slot is free. Until admitted() its
+  // streams to rank 0 must stay whole: rank 0 closing any of them (it refused it: the slot was not
+  // free yet) fails the attempt at once, so the joiner tries again instead of waiting for an answer
+  // to a request that may never have arrived.
+  void set_joiner();
+  void admitted();
+  // Rank 0: the slot of a joiner (a higher rank whose streams come to this rank) is not whole: not
+  // every stream connected yet, or one of them closed. A send to it would wait for the rest, or go
+  // into a dead connection; the root neither admits nor waits for such a slot.
+  bool incomplete_joiner(int peer) const;
   // A complete message `k` from `peer` if one has arrived: no waiting, no connecting.
   Result<std::vector<uint8_t>> poll(int peer, const MsgKey& k);
   // Bumped whenever any peer's mailbox completes a message or fails (waiting for whichever peer
@@ -105,7 +113,7 @@ class Net {
   std::vector<std::vector<ConnPtr>> accepted_;  // [peer][stream]
   std::vector<std::unique_ptr<Channel>> chans_;
   std::set<int> connecting_;  // peers a thread is connecting to right now
-  bool elastic_ = false, joiner_ = false;
+  bool elastic_ = false, joiner_ = false, joining_ = false;
   // [peer] disconnected: dropped; reversed: a higher rank connected to us (a joiner, to rank 0);
   // fresh: a new process connected into a free slot (revive() keeps those connections).
   std::vector<uint8_t> disconnected_, reversed_, fresh_;

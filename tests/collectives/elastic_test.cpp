@@ -11,13 +11,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "api/api_internal.h"
+#include "bootstrap/bootstrap.h"
+#include "collectives/protocol.h"
 #include "core/params.h"
 #include "gen/generator.h"
 #include "sparrow/sparrow.h"
+#include "transport/channel.h"
+#include "transport/transport.h"
 
 namespace {
 
@@ -559,6 +565,83 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
   for (int r : {0, 2, 3}) sparrowCommDestroy(c[size_t(r)]);
   unsetenv("SPARROW_PROBE_MS");
   unsetenv("SPARROW_ALGO");
+  sparrow::params::clear_overrides();
+}
+
+// A join request that came over only some of the slot's streams (the others were refused: the
+// joiner's attempt straddled the drop of the slot's member) must not hold the root up: a welcome over
+// that slot would wait for the missing streams, a lease, while the members wait for their step. The
+// root leaves the request until the slot is whole; the step costs what a step costs.
+TEST(ElasticThreads, JoinRequestOverPartOfTheStreamsDoesNotHoldTheRootUp) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "flat", 1);
+  setenv("SPARROW_NSTREAMS", "4", 1);
+  sparrow::params::clear_overrides();
+  const int n = 3;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c(n, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] { c[size_t(r)] = open_comm(id, r, n); });
+  for (auto& t : ts) t.join();
+  ts.clear();
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<uint16_t> src = weights(0);
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(kCount, 0));
+  std::vector<sparrowResult_t> rc(n);
+  auto step = [&](const std::vector<int>& ranks) {
+    for (int r : ranks)
+      ts.emplace_back([&, r] {
+        rc[size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, kCount, sparrowBfloat16,
+                                           0, c[size_t(r)], nullptr);
+      });
+    for (auto& t : ts) t.join();
+    ts.clear();
+  };
+  step({0, 1, 2});
+  ASSERT_EQ(sparrowCommAbort(c[2]), sparrowSuccess);  // its connections close: the root drops it
+  c[2] = nullptr;
+  src = weights(1);
+  step({0, 1});
+  ASSERT_EQ(rc[0], sparrowSuccess);
+  ASSERT_EQ(rc[1], sparrowSuccess);
+  // A "joiner" for slot 2 that proves the secret on stream 0 only and sends its request there.
+  auto idd = sparrow::bootstrap::decode_id(reinterpret_cast<const uint8_t*>(id.internal));
+  ASSERT_TRUE(idd.ok());
+  sparrow::transport::BackendOptions bo;
+  bo.identity = {idd->comm_id, 2, idd->secret};
+  bo.bind_host = "127.0.0.1";
+  auto be = sparrow::transport::create_backend("tcp", bo);
+  ASSERT_TRUE(be.ok()) << be.status().to_string();
+  sparrow::transport::Mailbox answers("rank 0", 4);
+  auto& root_net = sparrow::comm_impl(c[0])->net();
+  auto conn = be.value()->connect(root_net.address(), 0, 0, &answers, sparrow::transport::deadline_in(10));
+  ASSERT_TRUE(conn.ok()) << conn.status().to_string();
+  sparrow::transport::Channel ch({conn.value()});
+  auto req = std::make_shared<std::vector<uint8_t>>(
+      sparrow::coll::encode_place(sparrow::coll::Place{2, be.value()->listen([](auto&) { return nullptr; }).value(),
+                                                       "localhost", ""}));
+  const uint64_t seen = root_net.arrivals().generation();
+  ASSERT_TRUE(ch.send(sparrow::transport::MsgKey{idd->comm_id, 0, sparrow::coll::kJoinSub},
+                      sparrow::transport::Payload{req->data(), req->size(), req})
+                  ->wait(sparrow::transport::deadline_in(10))
+                  .ok());
+  root_net.arrivals().wait(seen, sparrow::transport::deadline_in(10));  // the request is at the root
+  src = weights(2);
+  auto t0 = std::chrono::steady_clock::now();
+  step({0, 1});
+  const double took = since(t0);
+  EXPECT_EQ(rc[0], sparrowSuccess) << sparrowGetLastError(c[0]);
+  EXPECT_EQ(rc[1], sparrowSuccess) << sparrowGetLastError(c[1]);
+  EXPECT_EQ(dst[1], src);
+  EXPECT_LT(took, kLeaseMs / 2000.0) << "the root waited for the joiner's missing streams";
+  int live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1})) << "admitted over one stream of four";
+  ch.close();
+  for (int r : {0, 1}) sparrowCommDestroy(c[size_t(r)]);
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_NSTREAMS"}) unsetenv(v);
   sparrow::params::clear_overrides();
 }
 

@@ -40,7 +40,6 @@ TEST(Relay, ForwardsEveryPartInOrderBitForBit) {
   }
   relay.finish();
   EXPECT_EQ(relay.bytes(), payload);  // the header (part 0) is not payload
-  EXPECT_EQ(relay.parts(), 12u);
   for (uint32_t i = 0; i < sent.size(); ++i) {
     auto m = wire_of(*nets[2]).recv(1, i);
     ASSERT_TRUE(m.ok()) << m.status().to_string();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "harness/net_harness.h"
 
@@ -72,6 +73,46 @@ TEST(NetProcess, KilledPeerIsPeerLost) {
   int st;
   waitpid(pid, &st, 0);
   EXPECT_TRUE(WIFSIGNALED(st));
+}
+
+// A joiner's attempt whose streams rank 0 took only in part (it refused one: the slot was not free
+// yet) fails at once with kPeerLost, so the joiner tries again; it does not wait out its deadline
+// for an answer to a request that may have gone over the refused stream. Once admitted, one stream
+// closing is no failure any more (the others may still carry frames).
+TEST(Net, JoinerWhoseStreamRankZeroRefusedFailsAtOnce) {
+  Mailbox kept("rank 1", 2);
+  BackendOptions bo;
+  bo.identity = test::make_identity(0);
+  bo.bind_host = "127.0.0.1";
+  auto rank0 = create_backend("tcp", bo);
+  ASSERT_TRUE(rank0.ok()) << rank0.status().to_string();
+  std::vector<ConnPtr> taken;
+  std::mutex mu;
+  auto addr = rank0.value()->listen([&](const ConnPtr& c) -> FrameSink* {
+    if (c->stream() != 0) return nullptr;  // stream 1: "not expected"
+    std::lock_guard<std::mutex> lk(mu);
+    taken.push_back(c);
+    return &kept;
+  });
+  ASSERT_TRUE(addr.ok()) << addr.status().to_string();
+  auto joiner = Net::create(test::make_identity(1), 2, 2, "tcp");
+  ASSERT_TRUE(joiner.ok()) << joiner.status().to_string();
+  Net& j = *joiner.value();
+  j.set_elastic();
+  j.set_joiner();
+  j.set_addresses({addr.value(), j.address()});
+  auto t0 = std::chrono::steady_clock::now();
+  auto m = j.recv(0, MsgKey{42, 0, 1}, deadline_in(60));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(m.status().code(), Code::kPeerLost) << m.status().to_string();
+  EXPECT_LT(waited, 20.0) << "the joiner waited out its deadline";
+  // Admitted: losing one of two streams fails nothing (the refusal comes within the 2 s).
+  j.revive(0, addr.value());
+  j.admitted();
+  auto ch = j.connect(0, deadline_in(20));
+  ASSERT_TRUE(ch.ok()) << ch.to_string();
+  auto late = j.recv(0, MsgKey{42, 0, 3}, deadline_in(2));
+  EXPECT_EQ(late.status().code(), Code::kTimeout) << late.status().to_string();
 }
 
 }  // namespace

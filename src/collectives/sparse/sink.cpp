@@ -163,7 +163,7 @@ Phase SparseSink::on_stream() {
   Status got;
   for (uint32_t sub = 1; sub <= (1u << 30); ++sub) {
     auto f = relay_.next(sub);
-    state_.received(relay_.parts() - 1);
+    state_.received(f.ok() ? sub : sub - 1);  // parts after the header
     if (!f.ok()) {
       got = std::move(f.status());
       break;
