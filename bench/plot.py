@@ -4,7 +4,9 @@
     bench/plot.py results.jsonl [more.jsonl ...] -o plots/   (Debian's /usr/bin/python3)
 
 Writes: time_vs_density.png (sync time against density, per impl), sparse_vs_dense.png (time per impl
-and scenario), time_vs_size.png (time against buffer size, per impl).
+and scenario), time_vs_size.png (time against buffer size, per impl), time_vs_step.png (time per step
+against the step's dense size, sparrow vs the SparrowRL-format ablation vs each one's lower bound:
+where latency stops dominating), and prints the same comparison as a table.
 """
 import argparse
 import collections
@@ -22,6 +24,68 @@ def load(paths):
                 if line.startswith("{"):
                     rows.append(json.loads(line))
     return rows
+
+
+def step_label(r):
+    return f"{r['model']} ({r['size'] / 1e9:.2f} GB)" if r.get("model") else f"{r['size'] / 2**20:.0f} MiB"
+
+
+def comparison(rows):
+    """Per scenario, rank count and step: each impl's time, wire bytes and lower bound (the best of
+    its rows: the benchmarks report a mean per row)."""
+    table = collections.defaultdict(dict)
+    for r in rows:
+        if r.get("tool") != "sparse_bcast_perf":
+            continue
+        key = (os.path.basename(r.get("scenario", "")) or "loopback", r["ranks"], r["size"], step_label(r))
+        best = table[key].get(r["impl"])
+        if best is None or r["time_us"] < best["time_us"]:
+            table[key][r["impl"]] = r
+    return table
+
+
+def fmt_ms(r):
+    return f"{r['time_us'] / 1e3:9.1f}" if r else f"{'-':>9}"
+
+
+def print_table(table):
+    print("scenario          ranks  step                      sparrow_MB  sparrow_ms  x_bound   paper_MB   paper_ms  x_bound"
+          "  paper/sparrow   dense_ms     mpi_ms")
+    for key in sorted(table):
+        scen, ranks, _, label = key
+        t = table[key]
+        s, p = t.get("sparrow"), t.get("paper")
+        def xb(r):
+            return f"{r['time_vs_bound']:7.2f}x" if r and r.get("bound_us") else f"{'-':>8}"
+        def mb(r):
+            return f"{r['wire_bytes'] / 1e6:10.2f}" if r else f"{'-':>10}"
+        speed = f"{p['time_us'] / s['time_us']:13.2f}x" if s and p else f"{'-':>14}"
+        print(f"{scen[:17]:17} {ranks:5}  {label[:24]:24} {mb(s)} {fmt_ms(s):>11} {xb(s)} {mb(p)} {fmt_ms(p):>10} {xb(p)}"
+              f" {speed} {fmt_ms(t.get('dense')):>10} {fmt_ms(t.get('mpi')):>10}")
+
+
+def plot_time_vs_step(plt, table, path):
+    fig, ax = plt.subplots()
+    series = collections.defaultdict(list)
+    for (scen, ranks, size, _), t in table.items():
+        for impl in ("sparrow", "paper"):
+            r = t.get(impl)
+            if r and r.get("wire_bytes"):
+                series[(scen, ranks, impl)].append((size / 1e9, r["time_us"] / 1e3, r.get("bound_us", 0) / 1e3))
+    for (scen, ranks, impl), pts in sorted(series.items()):
+        pts.sort()
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{impl} ({scen}, {ranks} ranks)")
+        bound = [p for p in pts if p[2] > 0]
+        if bound:
+            ax.plot([p[0] for p in bound], [p[2] for p in bound], ":", color=line.get_color(),
+                    label=f"lower bound of {impl} ({scen})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("step: dense bytes of the buffers (GB)")
+    ax.set_ylabel("time per step (ms)")
+    ax.legend(fontsize=6)
+    fig.savefig(path, dpi=120)
+    return len(series)
 
 
 def main():
@@ -75,7 +139,11 @@ def main():
     ax.set_ylabel("sync time (ms)")
     ax.legend(fontsize=7)
     fig.savefig(os.path.join(a.out, "time_vs_size.png"), dpi=120)
-    print(f"wrote 3 plots to {a.out}/ from {len(rows)} rows")
+
+    table = comparison(rows)
+    plot_time_vs_step(plt, table, os.path.join(a.out, "time_vs_step.png"))
+    print_table(table)
+    print(f"wrote 4 plots to {a.out}/ from {len(rows)} rows")
 
 
 if __name__ == "__main__":

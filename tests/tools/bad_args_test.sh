@@ -62,5 +62,10 @@ check "stall needs --for" "$bin/wanemu" fault stall eu
 check "--for needs seconds" "$bin/wanemu" fault stop eu --for -1
 check "no WANEMU_CONTROL" env -u WANEMU_CONTROL "$bin/wanemu" fault kill eu
 [ -x "$bin/sparrow-ckpt" ] && check "--threads '0'" "$bin/sparrow-ckpt" inspect x --threads 0
+src=$(cd "$(dirname "$0")/../.." && pwd)
+check "step '12Q' is not a size" bash "$src/bench/run_wan.sh" "$src/bench/scenarios/four_regions.toml" /dev/null 12Q
+check "step '-1G' is not a size" bash "$src/bench/run_wan.sh" "$src/bench/scenarios/four_regions.toml" /dev/null -1G
+check "scenario 'no.toml' is not a file" bash "$src/bench/run_wan.sh" no.toml /dev/null
+check "expected SCENARIO OUT.jsonl" bash "$src/bench/run_wan.sh"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
