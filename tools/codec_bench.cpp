@@ -39,6 +39,11 @@ void usage(FILE* f) {
           "  --encode-threads N  threads for extraction+encoding (goal is per core) [1]\n"
           "  --apply-threads N   threads for apply [all cores]\n"
           "  --value-sample N    pick a chunk's value codec on its first N changes (0: on all of them) [1024]\n"
+          "  --link-mbit N       a link rate (Mbit/s, 1..100000000) to report each step's time at: its wire bytes at\n"
+          "                      that rate plus encode and apply time on these threads\n"
+          "  --choose-by W       time: value codecs picked per chunk by estimated time at --link-mbit (its bytes\n"
+          "                      there plus their CPU time), as sparse_bcast does at the probed rate; bytes: the\n"
+          "                      fewest bytes [time]\n"
           "  --json              print one JSON object instead of the table\n"
           "  -h, --help          this text\n"
           "Memory: about 18 bytes per parameter (fp32 master + Adam moments, bf16 root, shadow, receiver).\n");
@@ -79,7 +84,9 @@ int main(int argc, char** argv) {
                               {"steps", 1, 0, 's'},         {"lr", 1, 0, 'r'},            {"seed", 1, 0, 'S'},
                               {"chunk-elems", 1, 0, 'c'},   {"encode-threads", 1, 0, 'e'}, {"apply-threads", 1, 0, 'a'},
                               {"value-sample", 1, 0, 'V'},  {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},
-                              {0, 0, 0, 0}};
+                              {"link-mbit", 1, 0, 'L'},     {"choose-by", 1, 0, 'C'},     {0, 0, 0, 0}};
+  double link_mbit = 0;
+  bool by_time = true;
   int c;
   const char* P = "sparrow-codec-bench";
   opterr = 0;  // our own one-line messages
@@ -95,6 +102,8 @@ int main(int argc, char** argv) {
       case 'e': eo.threads = int(args::integer(P, "--encode-threads", optarg, 1, 1024)); break;
       case 'a': ao.threads = int(args::integer(P, "--apply-threads", optarg, 1, 1024)); break;
       case 'V': eo.value_sample = size_t(args::integer(P, "--value-sample", optarg, 0, 1 << 30)); break;
+      case 'L': link_mbit = args::number(P, "--link-mbit", optarg, 1, 1e8); break;
+      case 'C': by_time = args::choice(P, "--choose-by", optarg, {"time", "bytes"}) == "time"; break;
       case 'j': json = true; break;
       case 'h': usage(stdout); return 0;
       default: args::unknown(P, argv[optind - 1]);
@@ -104,6 +113,7 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  if (by_time) eo.link_Bps = link_mbit * 1e6 / 8;
   if (go.vocab < 0) {
     auto cfg = gen::load_model_config(go.model);
     if (!cfg.ok()) {
@@ -198,8 +208,13 @@ int main(int argc, char** argv) {
   // Base verification (SPARROW_VERIFY_BASE): the pass that checksums the receiver's buffers, in dense
   // bytes per second (0 when it is off); its time is part of apply here (collectives overlap it).
   const double verify_gbps = sum_verify_s > 0 ? sum_dense / sum_verify_s / 1e9 : 0;
+  // At --link-mbit: a step's wire time plus the root's encode and a receiver's apply, not overlapped.
+  const double link_s = link_mbit > 0 ? wire * 8 / (link_mbit * 1e6) : 0;
+  const double step_at_link_s = link_s + (sum_encode_wall + sum_apply_s) / steps;
   if (json) {
-    printf("{\"model\": \"%s\", \"layers\": %lld, \"vocab\": %lld, \"elements\": %llu, \"steps\": %d, \"lr\": %g, "
+    printf("{\"link_mbit\": %.0f, \"choose_by\": \"%s\", \"step_seconds_at_link\": %.4f, ", link_mbit,
+           by_time && link_mbit > 0 ? "time" : "bytes", link_mbit > 0 ? step_at_link_s : 0.0);
+    printf("\"model\": \"%s\", \"layers\": %lld, \"vocab\": %lld, \"elements\": %llu, \"steps\": %d, \"lr\": %g, "
            "\"density\": %.6f, \"dense_bytes\": %.0f, \"wire_bytes\": %.0f, \"ratio\": %.2f, "
            "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
            "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, "
@@ -228,6 +243,10 @@ int main(int argc, char** argv) {
              "turns it off)\n", verify_gbps, 1e3 * sum_verify_s / steps);
     else
       printf("base verification: off (SPARROW_VERIFY_BASE=0)\n");
+    if (link_mbit > 0)
+      printf("at %.0f Mbit/s (value codecs chosen by %s): wire %.1f ms + encode %.1f ms + apply %.1f ms = %.1f ms per step\n",
+             link_mbit, by_time ? "estimated time" : "bytes", 1e3 * link_s, 1e3 * sum_encode_wall / steps,
+             1e3 * sum_apply_s / steps, 1e3 * step_at_link_s);
     printf("bit-exact: %s\n", exact ? "yes" : "NO");
   }
   return exact ? 0 : 1;

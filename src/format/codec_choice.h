@@ -31,14 +31,20 @@ struct ValueChoiceOptions {
   // and only the one that packs them best encodes the whole chunk (one full compression instead of
   // three); 0: always compare on everything.
   size_t sample = 1024;
+  // The rate (bytes/s) at which this chunk's bytes leave for the wire; 0: judge on bytes alone.
+  // Otherwise a chunk judged on a sample (see above) takes the codec with the least estimated time:
+  // its bytes at this rate plus the CPU time of encoding and of decoding its values, both measured
+  // on the sample, raw values (no CPU) included. A codec that saves a few bytes but costs more CPU
+  // than they take to send loses (on a fast link, raw values usually win).
+  double link_Bps = 0;
 };
 // Reused between calls (no allocation in steady state).
 struct CodecScratch {
-  std::vector<uint8_t> val, zs;
+  std::vector<uint8_t> val, zs, decoded;
 };
 // Encodes k changed values (old and new, elem_size bytes each) with the smallest allowed codec into
-// `best` (judged on a sample for large k, see ValueChoiceOptions::sample; never larger than the raw
-// values); returns the codec. `with_old`: the old values are known (codecs relative to them allowed).
+// `best` (judged on a sample for large k, see ValueChoiceOptions::sample, and there by estimated
+// time when link_Bps is set; never larger than the raw values); returns the codec. `with_old`: the old values are known (codecs relative to them allowed).
 Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
                                  const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best);
 // A dense chunk's values: the raw bytes, or zstd on byte planes when `compress` and smaller.

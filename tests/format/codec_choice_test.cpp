@@ -79,5 +79,37 @@ TEST(CodecChoice, IncompressibleValuesStayRaw) {
   }
 }
 
+// Chosen by estimated time at a link rate: where a byte costs far more than the CPU time packing
+// saves (1 Mbit/s), the packed codec of the byte count wins; where bytes are nearly free (1 Pbit/s),
+// raw values do, since any packing's encode and decode cost more than the bytes it saves. Either
+// way the values decode to the same bits.
+TEST(CodecChoice, ByTimeAtTheLinkRateRawWinsOnAFastLinkAndPackingOnASlowOne) {
+  const size_t k = 40000;
+  std::vector<uint8_t> o, n, by_bytes, slow, fast;
+  ulp_steps(k, 11, o, n);
+  CodecScratch s;
+  auto b = choose_values(o.data(), n.data(), k, 2, true, {}, s, by_bytes);
+  ASSERT_TRUE(b.ok());
+  ValueChoiceOptions at;
+  at.link_Bps = 1e6 / 8;
+  auto c = choose_values(o.data(), n.data(), k, 2, true, at, s, slow);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.value(), b.value()) << "1 Mbit/s: the fewest bytes are the quickest";
+  EXPECT_EQ(slow, by_bytes);
+  at.link_Bps = 1e15 / 8;
+  auto f = choose_values(o.data(), n.data(), k, 2, true, at, s, fast);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f.value(), ValueCodec::kOverwrite) << "1 Pbit/s: no packing pays for its CPU time";
+  EXPECT_EQ(fast, n);
+  expect_decodes(c.value(), slow, o, n);
+  // A chunk too small for a sample is judged on bytes, at any rate.
+  std::vector<uint8_t> so, sn, small;
+  ulp_steps(1000, 12, so, sn);
+  auto t = choose_values(so.data(), sn.data(), 1000, 2, true, at, s, small);
+  ASSERT_TRUE(t.ok());
+  EXPECT_NE(t.value(), ValueCodec::kOverwrite);
+  expect_decodes(t.value(), small, so, sn);
+}
+
 }  // namespace
 }  // namespace sparrow::format

@@ -28,7 +28,25 @@ params::BoolParam kSeed("SEED_FROM_REGION", true,
                         "Elastic communicators: a rank that needs a full snapshot (a joiner) gets it from a member of "
                         "its own region that holds the version, instead of from the root (0: always from the root).");
 
+params::IntParam kCodecLink("CODEC_LINK_MBIT", 0,
+                            "Link rate (Mbit/s) that sparse_bcast's value codecs are chosen for: per chunk, the least "
+                            "bytes at this rate plus encode and decode CPU time; 0: the probed rate to the slowest "
+                            "receiver; -1: the fewest bytes, whatever the CPU time.",
+                            -1, 100000000);
+
 using Frames = std::vector<Frame>;
+
+// The rate the step's bytes are judged at when picking value codecs (0: by bytes alone).
+double codec_link_Bps(const Engine& e) {
+  const int64_t mbit = kCodecLink.get();
+  if (mbit < 0) return 0;
+  if (mbit > 0) return double(mbit) * 1e6 / 8;
+  double slowest = 0;
+  const auto& bw = e.comm.probe().bw_Bps;
+  for (int r = 0; r < int(bw.size()); ++r)
+    if (r != e.rank() && bw[size_t(r)] > 0 && (slowest == 0 || bw[size_t(r)] < slowest)) slowest = bw[size_t(r)];
+  return slowest;
+}
 
 // Who sends `r` its full snapshot instead of the root: a member of r's region (as the tree sees
 // regions) that gets no resync itself and so holds the version, r's parent when it is one; -1: none.
@@ -76,7 +94,7 @@ RootState& root_state(Engine& e, const SparseOp& op) {
 // soon as a worker thread finished it, then the footer. `kept` (when given) receives every frame,
 // `parts` (when given) every frame by its sub.
 Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const void*>& src, Fanout& out,
-                         kernels::cpu::EncodeStats* es, Frames* kept, Parts* parts) {
+                         double link_Bps, kernels::cpu::EncodeStats* es, Frames* kept, Parts* parts) {
   std::atomic<uint32_t> next_sub{2};
   std::mutex mu;
   auto emit = [&](uint32_t sub, std::vector<uint8_t>&& frame) {
@@ -90,6 +108,7 @@ Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const
   };
   kernels::cpu::EncodeOptions eo;
   eo.paper_format = kCodec.get() == "paper";
+  eo.link_Bps = link_Bps;
   auto footer = rs.enc->encode_stream(
       src, eo, es, [&](std::vector<uint8_t>&& hb) { emit(1, std::move(hb)); },
       [&](std::vector<uint8_t>&& fb) { emit(next_sub++, std::move(fb)); });
@@ -260,7 +279,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   Frames frames;
   Parts parts;  // an elastic operation's, for re-attaching ranks
   const bool keep = rs.retained.enabled() && !full;
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, codec_link_Bps(e), &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);

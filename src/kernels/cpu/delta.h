@@ -41,6 +41,9 @@ struct EncodeOptions {
   // A chunk with more than twice this many changes picks its value codec on its first
   // `value_sample` values and compresses the rest only with that one (0: compare on every value).
   size_t value_sample = 1024;
+  // Such a chunk picks by estimated time at this link rate (bytes/s): its bytes on the link plus the
+  // CPU time of its encoding and decoding (format::ValueChoiceOptions::link_Bps); 0: by bytes alone.
+  double link_Bps = 0;
   Isa isa = Isa::kScalar;       // set by the constructor of EncodeOptions users via best_isa()
   EncodeOptions() : isa(best_isa()) {}
 };
