@@ -16,6 +16,7 @@
 
 #include "core/args.h"
 #include "core/parallel.h"
+#include "format/codec_choice.h"
 #include "gen/generator.h"
 #include "kernels/cpu/delta.h"
 
@@ -243,6 +244,11 @@ int main(int argc, char** argv) {
              "turns it off)\n", verify_gbps, 1e3 * sum_verify_s / steps);
     else
       printf("base verification: off (SPARROW_VERIFY_BASE=0)\n");
+    printf("value codecs, encode + decode per value (calibrated):");
+    for (int k = 0; k < format::kNumValueCodecs; ++k)
+      printf(" %s %.2f ns", format::value_codec_name(format::ValueCodec(k)),
+             1e9 * format::value_codec_cpu_s(format::ValueCodec(k), 2));
+    printf("\n");
     if (link_mbit > 0)
       printf("at %.0f Mbit/s (value codecs chosen by %s): wire %.1f ms + encode %.1f ms + apply %.1f ms = %.1f ms per step\n",
              link_mbit, by_time ? "estimated time" : "bytes", 1e3 * link_s, 1e3 * sum_encode_wall / steps,

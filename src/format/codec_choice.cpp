@@ -1,7 +1,10 @@
 #include "format/codec_choice.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace sparrow::format {
@@ -39,38 +42,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A candidate's cost on the sample: its bytes, and (when timed) its CPU seconds to encode and decode.
-struct SampleCost {
-  size_t bytes = 0;
-  double cpu_s = 0;
-};
-
-Result<SampleCost> cost_on_sample(ValueCodec c, const uint8_t* oldv, const uint8_t* newv, size_t n, uint32_t elem_size,
-                                  int level, bool timed, CodecScratch& s) {
-  s.val.clear();
-  const auto t0 = std::chrono::steady_clock::now();
-  SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, n, elem_size, level, s.zs, s.val));
-  SampleCost k{s.val.size(), 0};
-  if (!timed) return k;
-  s.decoded.resize(n * elem_size);
-  SPARROW_RETURN_IF_ERROR(decode_values(c, s.val, oldv, n, elem_size, s.zs, s.decoded.data()));
-  k.cpu_s = seconds_since(t0);
-  return k;
-}
-
-// The candidate that packs the first `n` values smallest, or with link_Bps the one whose bytes at
-// that rate plus its CPU time is least, raw values (kOverwrite, no CPU to speak of) among them.
+// The candidate that packs the first `n` values smallest, or with link_Bps the one whose bytes on the
+// sample at that rate plus its CPU time is least, raw values (kOverwrite) among them.
 Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const uint8_t* oldv, const uint8_t* newv,
                                   size_t n, uint32_t elem_size, const ValueChoiceOptions& opt, CodecScratch& s) {
   const bool timed = opt.link_Bps > 0;
-  ValueCodec pick = cands.front();
-  double least = timed ? double(n * elem_size) / opt.link_Bps : double(SIZE_MAX);
-  if (timed) pick = ValueCodec::kOverwrite;
+  auto cost = [&](ValueCodec c, size_t bytes) {
+    return timed ? double(bytes) / opt.link_Bps + double(n) * value_codec_cpu_s(c, elem_size) : double(bytes);
+  };
+  ValueCodec pick = timed ? ValueCodec::kOverwrite : cands.front();
+  double least = timed ? cost(ValueCodec::kOverwrite, n * elem_size) : double(SIZE_MAX);
   for (ValueCodec c : cands) {
-    SPARROW_ASSIGN_OR_RETURN(SampleCost k, cost_on_sample(c, oldv, newv, n, elem_size, opt.zstd_level, timed, s));
-    const double cost = timed ? double(k.bytes) / opt.link_Bps + k.cpu_s : double(k.bytes);
-    if (cost < least) {
-      least = cost;
+    s.val.clear();
+    SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, n, elem_size, opt.zstd_level, s.zs, s.val));
+    if (const double t = cost(c, s.val.size()); t < least) {
+      least = t;
       pick = c;
     }
   }
@@ -78,6 +64,40 @@ Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const ui
 }
 
 }  // namespace
+
+// CPU seconds per value to encode and decode with codec c, elements of `es` bytes: measured once per
+// process on 65,536 values moved by a unit in the last place (an RL step's kind of change), best of
+// three. Timing each chunk's small sample instead would charge the codec its fixed cost per call,
+// which a whole chunk spreads over many more values.
+double value_codec_cpu_s(ValueCodec c, uint32_t es) {
+  static std::once_flag once[4];
+  static double cost[4][kNumValueCodecs];
+  const int e = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : 3;
+  std::call_once(once[e], [&] {
+    const size_t n = 65536;
+    std::vector<uint8_t> oldv(n * es), newv(n * es), enc, zs, back(n * es);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const uint64_t o = (x >> 8) & ((es >= 8 ? ~0ull : (1ull << (8 * es)) - 1) >> 2);
+      const uint64_t v = o + ((x & 1) ? 1 : -1);
+      memcpy(&oldv[i * es], &o, es);
+      memcpy(&newv[i * es], &v, es);
+    }
+    for (int k = 0; k < kNumValueCodecs; ++k) {
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        enc.clear();
+        const auto t0 = std::chrono::steady_clock::now();
+        bool ok = encode_values(ValueCodec(k), oldv.data(), newv.data(), n, es, 1, zs, enc).ok() &&
+                  decode_values(ValueCodec(k), enc, oldv.data(), n, es, zs, back.data()).ok();
+        if (ok) best = std::min(best, seconds_since(t0));
+      }
+      cost[e][k] = best / double(n);
+    }
+  });
+  return cost[e][int(c)];
+}
 
 Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_t k, uint32_t elem_size, bool with_old,
                                  const ValueChoiceOptions& opt, CodecScratch& s, std::vector<uint8_t>& best) {

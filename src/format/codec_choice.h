@@ -33,14 +33,17 @@ struct ValueChoiceOptions {
   size_t sample = 1024;
   // The rate (bytes/s) at which this chunk's bytes leave for the wire; 0: judge on bytes alone.
   // Otherwise a chunk judged on a sample (see above) takes the codec with the least estimated time:
-  // its bytes at this rate plus the CPU time of encoding and of decoding its values, both measured
-  // on the sample, raw values (no CPU) included. A codec that saves a few bytes but costs more CPU
+  // its bytes at this rate plus the CPU time of encoding and of decoding its values (each codec's
+  // cost per value, measured once per process), raw values included. A codec that saves a few bytes but costs more CPU
   // than they take to send loses (on a fast link, raw values usually win).
   double link_Bps = 0;
 };
+// CPU seconds per value to encode and then decode with codec `c` (elements of `elem_size` bytes),
+// measured once per process on 65,536 one-ulp changes: the CPU side of the choice by time.
+double value_codec_cpu_s(ValueCodec c, uint32_t elem_size);
 // Reused between calls (no allocation in steady state).
 struct CodecScratch {
-  std::vector<uint8_t> val, zs, decoded;
+  std::vector<uint8_t> val, zs;
 };
 // Encodes k changed values (old and new, elem_size bytes each) with the smallest allowed codec into
 // `best` (judged on a sample for large k, see ValueChoiceOptions::sample, and there by estimated
