@@ -43,15 +43,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The candidate that packs the first `n` values smallest, or with link_Bps the one whose bytes on the
-// sample at that rate plus its CPU time is least, raw values (kOverwrite) among them.
+// sample at that rate plus its CPU time is least; raw values (kOverwrite) when none does better.
 Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const uint8_t* oldv, const uint8_t* newv,
                                   size_t n, uint32_t elem_size, const ValueChoiceOptions& opt, CodecScratch& s) {
   const bool timed = opt.link_Bps > 0;
   auto cost = [&](ValueCodec c, size_t bytes) {
     return timed ? double(bytes) / opt.link_Bps + double(n) * value_codec_cpu_s(c, elem_size) : double(bytes);
   };
-  ValueCodec pick = timed ? ValueCodec::kOverwrite : cands.front();
-  double least = timed ? cost(ValueCodec::kOverwrite, n * elem_size) : double(SIZE_MAX);
+  // Raw values are the candidate to beat: a sample no codec packs (random values) skips the whole
+  // chunk's compression, which would only find the same.
+  ValueCodec pick = ValueCodec::kOverwrite;
+  double least = cost(ValueCodec::kOverwrite, n * elem_size);
   for (ValueCodec c : cands) {
     s.val.clear();
     SPARROW_RETURN_IF_ERROR(encode_values(c, oldv, newv, n, elem_size, opt.zstd_level, s.zs, s.val));
@@ -105,9 +107,9 @@ Result<ValueCodec> choose_values(const uint8_t* oldv, const uint8_t* newv, size_
   best.assign(newv, newv + k * elem_size);
   if (opt.paper_only) return chosen;
   std::vector<ValueCodec> cands = zstd_candidates(with_old, opt);
-  if ((cands.size() > 1 || opt.link_Bps > 0) && opt.sample > 0 && k > 2 * opt.sample) {
+  if (!cands.empty() && opt.sample > 0 && k > 2 * opt.sample) {
     SPARROW_ASSIGN_OR_RETURN(ValueCodec c, best_on_sample(cands, oldv, newv, opt.sample, elem_size, opt, s));
-    if (c == ValueCodec::kOverwrite) return c;  // raw values are quicker end to end than any packing
+    if (c == ValueCodec::kOverwrite) return c;  // no packing pays on the sample
     cands = {c};
   }
   for (ValueCodec c : cands) {
