@@ -100,9 +100,12 @@ bool Net::incomplete_joiner(int peer) const {
   std::lock_guard<std::mutex> lk(mu_);
   if (peer < 0 || peer >= nranks_ || !reversed_[size_t(peer)]) return false;
   if (mail_[size_t(peer)]->closed_streams() > 0) return true;
-  if (chans_[size_t(peer)]) return false;
+  return !chans_[size_t(peer)] && !all_streams_accepted_locked(peer);
+}
+
+bool Net::all_streams_accepted_locked(int peer) const {
   const auto& v = accepted_[size_t(peer)];
-  return v.size() < size_t(nstreams_) || std::find(v.begin(), v.end(), nullptr) != v.end();
+  return v.size() >= size_t(nstreams_) && std::find(v.begin(), v.end(), nullptr) == v.end();
 }
 
 FrameSink* Net::on_accept(const ConnPtr& c) {
@@ -209,14 +212,7 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
       return aborted_;
     }
   } else {
-    auto ready = [&] {
-      if (!aborted_.ok()) return true;
-      auto& v = accepted_[peer];
-      if (v.size() < size_t(nstreams_)) return false;
-      for (auto& c : v)
-        if (!c) return false;
-      return true;
-    };
+    auto ready = [&] { return !aborted_.ok() || all_streams_accepted_locked(peer); };
     if (!cv_.wait_until(lk, d, ready))
       return Error(Code::kTimeout, desc(peer) + " did not connect to rank " + std::to_string(rank_) + " before the timeout");
     if (!aborted_.ok()) return aborted_;

@@ -100,6 +100,8 @@ class Net {
     return mail_[size_t(peer)].get();
   }
   bool revivable_locked(int peer) const;
+  // Every stream of `peer` that connects to this rank has been accepted.
+  bool all_streams_accepted_locked(int peer) const;
   void reset_slot_locked(int peer, bool reversed, bool fresh);
 
   int rank_ = 0, nranks_ = 0, nstreams_ = 1;
