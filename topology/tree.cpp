@@ -9,6 +9,7 @@
 
 #include "core/params.h"
 #include "topology/algorithms/registry.h"
+#include "topology/simulate.h"
 
 namespace sparrow::topology {
 namespace {
@@ -133,11 +134,22 @@ void order_children(Tree& t, const TreeInput& in) {
   }
 }
 
+// The schedule simulator's time for one step of in.message_bytes on the network the inputs describe
+// (warm windows, no CPU costs); the closed form where it cannot run.
+double simulated_seconds(const Tree& t, const TreeInput& in) {
+  SimStep step;
+  step.wire_bytes = std::max(in.message_bytes, 1.0);
+  // Frames: a sparse step's chunks are ~1/500 of it, a dense broadcast's segments 4 MiB.
+  step.frame_bytes = std::clamp(step.wire_bytes / 256, 16.0 * 1024, 4.0 * 1024 * 1024);
+  auto r = simulate(net_from_tree_input(in, t.region), t, step);
+  return r.ok() ? r->step_s : estimate_seconds(t, in);
+}
+
 Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
   if (in.nranks < 1 || in.root < 0 || in.root >= in.nranks) return InvalidArgument("tree: root out of range");
   const std::string algo = algo_in.empty() ? configured_algo() : algo_in;
   if (algo == "auto") {
-    // The cheapest candidate under the cost model.
+    // The cheapest candidate under the schedule simulator.
     Tree best;
     double best_cost = 1e300;
     for (const auto& a : algorithm_table()) {
@@ -157,7 +169,7 @@ Result<Tree> build_tree(const std::string& algo_in, const TreeInput& in) {
   t.region = effective_regions(in);
   a->build(BuildContext{in, t.region, t});
   order_children(t, in);
-  t.est_seconds = estimate_seconds(t, in);
+  t.est_seconds = simulated_seconds(t, in);
   return t;
 }
 

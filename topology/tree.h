@@ -3,8 +3,9 @@
 // from the same inputs, so no tree is ever sent.
 //
 // The algorithms (flat, chain, binomial, region_tree, region_spread, two_level) live one per file
-// in topology/algorithms/, listed in one table (algorithms/registry.h); `auto` picks the cheapest of
-// those marked for it under the cost model below, fed by the probe table.
+// in topology/algorithms/, listed in one table (algorithms/registry.h); `auto` picks the one of those
+// marked for it whose step the schedule simulator (simulate.h) finishes first on the network the
+// probe table describes.
 #pragma once
 
 #include <string>
@@ -17,6 +18,7 @@ namespace sparrow::topology {
 struct RankPlace {
   std::string host;
   std::string region;  // empty: inferred from RTT
+  bool operator==(const RankPlace&) const = default;
 };
 
 struct TreeInput {
@@ -26,6 +28,7 @@ struct TreeInput {
   std::vector<double> rtt_s;   // root <-> r (probe; <= 0 unknown)
   std::vector<double> bw_Bps;  // root -> r (probe; <= 0 unknown)
   double message_bytes = 0;    // what this operation sends (for the cost model)
+  bool operator==(const TreeInput&) const = default;
 };
 
 struct Tree {
@@ -34,7 +37,7 @@ struct Tree {
   std::vector<int> parent;                 // -1 for the root
   std::vector<std::vector<int>> children;  // in send order
   std::vector<std::string> region;         // effective region of each rank
-  double est_seconds = 0;                  // cost-model estimate
+  double est_seconds = 0;                  // the simulator's step time for message_bytes
   std::string format() const;              // human-readable
 };
 
@@ -45,7 +48,10 @@ Result<Tree> build_tree(const std::string& algo, const TreeInput& in);
 // Regions: SPARROW_REGION labels where given; ranks without a label are clustered by their RTT to the
 // root (a new cluster starts where the RTT more than doubles and grows by more than 1 ms).
 std::vector<std::string> effective_regions(const TreeInput& in);
-// Estimated time of a pipelined broadcast of in.message_bytes over tree t.
+// Estimated time of a pipelined broadcast of in.message_bytes over tree t: a closed form (the
+// bottleneck's rate plus the deepest path), used where the simulator cannot run.
 double estimate_seconds(const Tree& t, const TreeInput& in);
+// The schedule simulator's step time for tree t (warm windows, no CPU costs).
+double simulated_seconds(const Tree& t, const TreeInput& in);
 
 }  // namespace sparrow::topology

@@ -13,7 +13,9 @@
 // With --json each row carries "per_rank": every rank's last step as sparrowCommGetStatsJson gives it
 // (stage times, tree, bytes per peer) plus the CPU seconds (user + system) its process spent in that
 // call, and cpu_load_here: all ranks' CPU seconds over the step's time and this host's cores (when the
-// ranks share the host, as under wanemu, near 1 means CPU-bound; the table says so in a comment line).
+// ranks share the host, as under wanemu, near 1 means CPU-bound; the table says so in a comment line),
+// and for the last step its time (last_step_us) and when each rank returned after the root's start
+// (finish_s; ranks on one machine only), which bench/calibrate_sim.py compares with sparrow-sim.
 #include <getopt.h>
 #include <sys/resource.h>
 #include <mpi.h>
@@ -226,7 +228,8 @@ int main(int argc, char** argv) {
                "  --scenario FILE wanemu scenario for the lower bound (default $WANEMU_SCENARIO)\n"
                "  --stage         receivers stage each step and commit it once ready; the commit is timed on its own\n"
                "  --json          one JSON object per row, with every rank's last step (stage times, bytes per\n"
-               "                  peer, CPU seconds) under \"per_rank\"\n"
+               "                  peer, CPU seconds) under \"per_rank\", the last step's time and when each rank\n"
+               "                  returned (finish_s)\n"
                "  --progress      every rank prints a line each second while it is inside a collective\n"
                "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
                argv[0]);
@@ -382,13 +385,14 @@ int main(int argc, char** argv) {
       }
     }
     double tsum = 0, wire = 0, dens = 0, csum = 0, cpu_last = 0, took_last = 0;
+    std::vector<double> finish;  // the last step's, per rank
     std::unique_ptr<ProgressLine> progress;
     if (o.progress && comm) progress = std::make_unique<ProgressLine>(comm, rank);
     for (int it = 0; it < o.iters; ++it) {
       if (o.sparse) mutate();
       int rc = 0;
       const double cpu0 = cpu_seconds();
-      double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc);
+      double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc, &finish);
       cpu_last = cpu_seconds() - cpu0;
       took_last = took;
       if (rc) {
@@ -450,8 +454,12 @@ int main(int argc, char** argv) {
                  csum / o.iters / t);
         else
           printf("%s", line);
-        printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"cpu_bound\": %s, \"per_rank\": %s}\n",
-               cpu_sum, cores, cpu_load, cpu_load > 0.85 ? "true" : "false", per_rank.empty() ? "[]" : per_rank.c_str());
+        std::string fin;  // the last step: when each rank returned, after the root's start
+        for (size_t r = 0; r < finish.size(); ++r) fin += (r ? "," : "") + std::to_string(finish[r]);
+        printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"cpu_bound\": %s, "
+               "\"last_step_us\": %.1f, \"finish_s\": [%s], \"per_rank\": %s}\n",
+               cpu_sum, cores, cpu_load, cpu_load > 0.85 ? "true" : "false", took_last * 1e6, fin.c_str(),
+               per_rank.empty() ? "[]" : per_rank.c_str());
       } else {
         printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, algbw,
                algbw, wrong);

@@ -29,9 +29,10 @@ inline void lazy_wait(MPI_Request* r) {
 // every rank tells the root it is about to call and the root starts once it heard from all. With
 // one_clock (all ranks on one machine) completion times are compared on the monotonic clock;
 // otherwise a barrier after the operation closes the interval. *rc: non-zero if any rank failed.
-// The result is meaningful on the root.
+// The result is meaningful on the root, and so is *finish (when given and one_clock): every rank's
+// return, in seconds after the root's start.
 template <typename F>
-double timed_collective(int rank, int root, int n, bool one_clock, F op, int* rc) {
+double timed_collective(int rank, int root, int n, bool one_clock, F op, int* rc, std::vector<double>* finish = nullptr) {
   MPI_Request q;
   MPI_Ibarrier(MPI_COMM_WORLD, &q);
   lazy_wait(&q);
@@ -54,13 +55,20 @@ double timed_collective(int rank, int root, int n, bool one_clock, F op, int* rc
     lazy_wait(&q);
     done = now();
   }
-  if (getenv("SPARROW_BENCH_TRACE")) {  // when each rank finished, in ms from the start (to stderr)
+  // When each rank finished, from the root's start (one clock only; on the root).
+  const bool trace = getenv("SPARROW_BENCH_TRACE") != nullptr;
+  if (one_clock && (finish || trace)) {
     std::vector<double> all(n);
-    MPI_Gather(&done, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, root, MPI_COMM_WORLD);
+    MPI_Igather(&done, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, root, MPI_COMM_WORLD, &q);
+    lazy_wait(&q);
     if (rank == root) {
-      fprintf(stderr, "trace (rank:ms):");
-      for (int r = 0; r < n; ++r) fprintf(stderr, " %d:%.1f", r, (all[r] - t0) * 1e3);
-      fprintf(stderr, "\n");
+      for (double& x : all) x -= t0;
+      if (trace) {
+        fprintf(stderr, "trace (rank:ms):");
+        for (int r = 0; r < n; ++r) fprintf(stderr, " %d:%.1f", r, all[r] * 1e3);
+        fprintf(stderr, "\n");
+      }
+      if (finish) *finish = std::move(all);
     }
   }
   double last = 0;

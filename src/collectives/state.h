@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,14 @@ class Engine {
 
  private:
   std::string last_tree_logged_;
+  // The last tree and what it was built from: the simulator costs each candidate, so a tree is
+  // built once, not every step.
+  struct CachedTree {
+    topology::TreeInput in;
+    std::vector<int> members;
+    topology::Tree tree;
+  };
+  std::optional<CachedTree> cached_tree_;
 };
 
 // Marks a collective running on this communicator (for sparrowCommGetProgress) while in scope.

@@ -67,5 +67,20 @@ check "step '12Q' is not a size" bash "$src/bench/run_wan.sh" "$src/bench/scenar
 check "step '-1G' is not a size" bash "$src/bench/run_wan.sh" "$src/bench/scenarios/four_regions.toml" /dev/null -1G
 check "scenario 'no.toml' is not a file" bash "$src/bench/run_wan.sh" no.toml /dev/null
 check "expected SCENARIO OUT.jsonl" bash "$src/bench/run_wan.sh"
+sc4="$src/bench/scenarios/four_regions.toml"
+check "--wire '0'" "$bin/sparrow-sim" --scenario "$sc4" --wire 0
+check "--wire" "$bin/sparrow-sim" --scenario "$sc4"
+check "--scenario" "$bin/sparrow-sim" --wire 16M
+check "--streams '0'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --streams 0
+check "--algo 'ring'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --algo ring
+check "--ranks '9'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --ranks 9
+check "--root '8'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --root 8
+check "--parents" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --parents -1,0
+check "a cycle" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --ranks 3 --parents -1,2,1
+check "--tail-s" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --tail-s 1,2
+check "--encode-s '-1'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --encode-s -1
+check "--cc 'vegas'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --cc vegas
+check "size 'x' is not a size" bash "$src/bench/calibrate_sim.sh" /tmp x
+check "expected OUTDIR" bash "$src/bench/calibrate_sim.sh"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -127,6 +127,21 @@ TEST(Tree, AutoPrefersTheRegionTreeAcrossRegionsAndNamesItsChoice) {
   EXPECT_FALSE(build_tree("ring", four_regions()).ok());
 }
 
+TEST(Tree, AutoTakesTheCandidateTheSimulatorFinishesFirst) {
+  TreeInput in = wan8();
+  in.message_bytes = 16e6;
+  auto t = build_tree("auto", in).value();
+  EXPECT_DOUBLE_EQ(t.est_seconds, simulated_seconds(t, in));
+  for (const auto& name : algorithms()) {
+    auto c = build_tree(name, in).value();
+    EXPECT_DOUBLE_EQ(c.est_seconds, simulated_seconds(c, in)) << name;
+    EXPECT_LE(t.est_seconds, c.est_seconds) << name << " beats " << t.algo;
+  }
+  // Every rank has its own 1 Gbit/s uplink here: for a big step a chain through the regions (one
+  // copy per uplink) beats the root's fan-out, which a flat tree pays 7 times.
+  EXPECT_LT(t.est_seconds, build_tree("flat", in).value().est_seconds / 3);
+}
+
 TEST(Tree, BinomialDepthIsLogarithmic) {
   TreeInput in;
   in.nranks = 16;
