@@ -107,13 +107,15 @@ def main():
     ap.add_argument("--json", help="write the comparison here")
     ap.add_argument("--window", help="sparrow-sim --window: the most a stream keeps in flight (e.g. 256K)")
     ap.add_argument("--cold", action="store_true", help="sparrow-sim --cold: slow start on every step")
+    ap.add_argument("--initial-window", help="sparrow-sim --initial-window: slow start from this per stream")
     a = ap.parse_args()
     if not os.access(a.sim, os.X_OK):
         sys.exit(f"calibrate_sim: no simulator at {a.sim} (build first, or --sim PATH)")
     rows = load_rows(a.rows)
     if not rows:
         sys.exit("calibrate_sim: no sparse_bcast_perf rows with per-rank data (run with --json under the emulator)")
-    extra = (["--window", a.window] if a.window else []) + (["--cold"] if a.cold else [])
+    extra = ((["--window", a.window] if a.window else []) + (["--cold"] if a.cold else []) +
+             (["--initial-window", a.initial_window] if a.initial_window else []))
     results = []
     print(f"{'scenario':<20} {'impl':<7} {'ranks':>5} {'dense':>7} {'wire MB':>8} {'measured':>10} {'predicted':>10} "
           f"{'error':>7} {'worst rank':>10} {'edges Mbit/s':>14}")

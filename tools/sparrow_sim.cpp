@@ -3,7 +3,8 @@
 // the lower bound; bench/calibrate_sim.py compares it with measured runs.
 //
 //   sparrow-sim --scenario FILE --wire SIZE [--ranks N] [--algo NAME|all] [--parents P0,P1,...]
-//               [--dense SIZE] [--frames N] [--streams N] [--cold] [--window SIZE] [--cc bbr|cubic]
+//               [--dense SIZE] [--frames N] [--streams N] [--cold] [--initial-window SIZE] [--window SIZE]
+//               [--cc bbr|cubic]
 //               [--root-start-s S] [--encode-s S | --encode-mbps R] [--tail-s S[,S...] | --tail-mbps R] [--json]
 #include <getopt.h>
 
@@ -30,7 +31,7 @@ struct Opts {
   int ranks = 0, root = 0, streams = 4;
   double wire = 0, dense = 0, frames = 0;
   bool cold = false, bbr = true, json = false;
-  double root_start = 0, encode_s = -1, encode_mbps = 0, tail_mbps = 0, window = 16 << 20;
+  double root_start = 0, encode_s = -1, encode_mbps = 0, tail_mbps = 0, window = 16 << 20, initial = 0;
   std::vector<double> tails;
 };
 
@@ -49,6 +50,7 @@ void usage(FILE* f) {
           "                    --dense, else one per 64 KiB of wire)\n"
           "  --streams N       TCP connections per tree edge (4, SPARROW_NSTREAMS)\n"
           "  --cold            windows start at 10 segments (slow start) instead of open\n"
+          "  --initial-window SIZE  --cold, from this many bytes per stream instead\n"
           "  --window SIZE     the most a stream keeps in flight (16M: socket buffers; less where the\n"
           "                    receive window or the sender's buffer holds it back)\n"
           "  --cc bbr|cubic    congestion control under loss (bbr)\n"
@@ -80,7 +82,7 @@ Opts parse(int argc, char** argv) {
                               {"cold", 0, 0, 'c'},     {"cc", 1, 0, 'C'},          {"root-start-s", 1, 0, 'R'},
                               {"encode-s", 1, 0, 'e'}, {"encode-mbps", 1, 0, 'E'}, {"tail-s", 1, 0, 't'},
                               {"tail-mbps", 1, 0, 'T'}, {"json", 0, 0, 'J'},       {"help", 0, 0, 'h'},
-                              {"window", 1, 0, 'W'},
+                              {"window", 1, 0, 'W'},   {"initial-window", 1, 0, 'I'},
                               {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", lo, nullptr)) != -1) {
@@ -95,6 +97,10 @@ Opts parse(int argc, char** argv) {
       case 'f': o.frames = double(args::integer(kProg, "--frames", optarg, 1, int64_t(1) << 32)); break;
       case 's': o.streams = int(args::integer(kProg, "--streams", optarg, 1, 64)); break;
       case 'c': o.cold = true; break;
+      case 'I':
+        o.initial = double(args::size(kProg, "--initial-window", optarg, 1 << 10, uint64_t(1) << 34));
+        o.cold = true;
+        break;
       case 'W': o.window = double(args::size(kProg, "--window", optarg, 1 << 12, uint64_t(1) << 34)); break;
       case 'C': o.bbr = args::choice(kProg, "--cc", optarg, {"bbr", "cubic"}) == "bbr"; break;
       case 'R': o.root_start = args::number(kProg, "--root-start-s", optarg, 0, 3600); break;
@@ -224,6 +230,7 @@ int main(int argc, char** argv) {
   step.streams = o.streams;
   step.warm = !o.cold;
   step.window_bytes = o.window;
+  step.initial_window = o.initial;
   step.bbr = o.bbr;
   step.root_start_s = o.root_start;
   step.encode_s = o.encode_mbps > 0 ? o.wire / (o.encode_mbps * 1e6) : std::max(0.0, o.encode_s);

@@ -53,7 +53,7 @@ std::vector<Flow> make_flows(const SimNet& net, const Tree& t, const SimStep& s,
       f.lag_rtt = std::max(f.lag_delay + 1, int(std::lround(2 * d / dt)));
       f.hist.assign(size_t(f.lag_rtt) + 1, 0);
       f.cap = s.streams * s.window_bytes;
-      f.cwnd = s.warm ? f.cap : s.streams * 10 * s.mss;
+      f.cwnd = s.warm ? f.cap : std::min(f.cap, s.streams * (s.initial_window > 0 ? s.initial_window : 10 * s.mss));
       const double p = net.loss_of(r, c);
       if (p > 0) {
         if (s.bbr) f.goodput = 1 - p;

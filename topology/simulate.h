@@ -48,7 +48,8 @@ struct SimStep {
   double frame_bytes = 0;        // forwarding granularity (0: one frame)
   int streams = 4;               // TCP connections per edge
   double mss = 1448;
-  bool warm = true;              // windows open from the first byte (else slow start from 10 segments)
+  bool warm = true;              // windows open from the first byte (else slow start from initial_window)
+  double initial_window = 0;     // per stream, when not warm (0: 10 segments, Linux after idle)
   double window_bytes = 16 << 20;  // per stream: the cap (socket buffers)
   bool bbr = true;               // loss-tolerant congestion control (else Reno/CUBIC-like, Mathis)
   double root_start_s = 0;       // before the root's encoder starts (extraction)

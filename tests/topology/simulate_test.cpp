@@ -65,6 +65,19 @@ TEST(Simulate, ColdWindowsPaySlowStartRoundTrips) {
   EXPECT_LT(c->step_s, w->step_s + 0.6);
 }
 
+TEST(Simulate, ALargerInitialWindowSavesRoundTrips) {
+  SimStep cold = step_of(16e6), larger = step_of(16e6);
+  cold.warm = larger.warm = false;
+  larger.initial_window = 256 << 10;  // 4 x 256 KiB: about four fewer doublings than 10 segments
+  const SimNet net = two_regions(2, 125e6, 0.04);
+  auto c = simulate(net, tree_of({-1, 0}), cold);
+  auto l = simulate(net, tree_of({-1, 0}), larger);
+  auto w = simulate(net, tree_of({-1, 0}), step_of(16e6));
+  ASSERT_TRUE(c.ok() && l.ok() && w.ok());
+  EXPECT_LT(l->step_s, c->step_s - 0.2);
+  EXPECT_GT(l->step_s, w->step_s);
+}
+
 TEST(Simulate, TheRootsUplinkIsSharedByItsChildren) {
   // Flat: three children share the root's uplink (3 x 128 ms); a chain forwards each frame on.
   const SimNet net = two_regions(4, 125e6, 0.04);
