@@ -188,21 +188,32 @@ SimNet net_from_tree_input(const TreeInput& in, const std::vector<std::string>& 
   if (root_up <= 0) root_up = kDefaultBw;
   auto same = [&](int a, int b) { return region.empty() || region[a] == region[b]; };
   std::vector<double> rtt(n, 0);
+  std::map<std::string, int> by_name;  // ranks of one host share its access link
   for (int r = 0; r < n; ++r) {
     rtt[r] = r == in.root || same(r, in.root) ? 0 : rtt_of(in, r);
-    SimHost hst;
-    hst.name = "rank" + std::to_string(r);
-    hst.region = region.empty() ? "" : region[r];
+    const std::string host = r < int(in.places.size()) ? in.places[r].host : "";
+    auto it = host.empty() ? by_name.end() : by_name.find(host);
+    if (it == by_name.end()) {
+      SimHost h;
+      h.name = host.empty() ? "rank" + std::to_string(r) : host;
+      h.region = region.empty() ? "" : region[r];
+      net.hosts.push_back(h);
+      if (!host.empty()) it = by_name.emplace(host, int(net.hosts.size()) - 1).first;
+    }
+    const int hi = it == by_name.end() ? int(net.hosts.size()) - 1 : it->second;
+    SimHost& h = net.hosts[size_t(hi)];
     // A rank of the root's site has the root's uplink; a far one as much up as down.
-    hst.up_Bps = r == in.root || same(r, in.root) ? root_up : bw_of(in, r);
-    hst.down_Bps = r == in.root ? root_up : bw_of(in, r);
-    net.hosts.push_back(hst);
-    net.host_of.push_back(r);
+    h.up_Bps = std::max(h.up_Bps, r == in.root || same(r, in.root) ? root_up : bw_of(in, r));
+    h.down_Bps = std::max(h.down_Bps, r == in.root ? root_up : bw_of(in, r));
+    net.host_of.push_back(hi);
   }
-  net.delay_s.assign(n, std::vector<double>(n, 0));
+  const size_t nh = net.hosts.size();
+  net.delay_s.assign(nh, std::vector<double>(nh, 0));
   for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b) net.delay_s[a][b] = same(a, b) ? kLanRtt / 2 : std::max(rtt[a], rtt[b]) / 2;
+    for (int b = 0; b < n; ++b) {
+      const int ha = net.host_of[a], hb = net.host_of[b];
+      if (ha != hb) net.delay_s[ha][hb] = same(a, b) ? kLanRtt / 2 : std::max(rtt[a], rtt[b]) / 2;
+    }
   return net;
 }
 

@@ -67,7 +67,8 @@ struct SimResult {
 // wire bytes / root uplink + the farthest one-way delay from the root.
 double lower_bound_s(const SimNet& net, int root, double wire_bytes);
 Result<SimResult> simulate(const SimNet& net, const Tree& t, const SimStep& step);
-// The network a tree's inputs describe (what `auto` knows): one host per rank, the root's uplink and
+// The network a tree's inputs describe (what `auto` knows): one host per host name (ranks of one
+// machine share its access link; a rank without a name is a host of its own), the root's uplink and
 // each rank's downlink from the probed rate to it, delays between regions from the RTTs to the root.
 SimNet net_from_tree_input(const TreeInput& in, const std::vector<std::string>& region);
 

@@ -140,6 +140,18 @@ TEST(Simulate, TheNetworkATreeInputDescribes) {
   EXPECT_DOUBLE_EQ(net.delay(0, 2), 0.04);
   EXPECT_DOUBLE_EQ(net.delay(1, 2), 0.04);
   EXPECT_DOUBLE_EQ(net.delay(0, 1), kLanRtt / 2);
+  // Two ranks of one host share its link: a flat tree to both takes twice as long as to one.
+  in.nranks = 4;
+  in.places.push_back({"b0", "b"});
+  in.rtt_s.push_back(0.08);
+  in.bw_Bps.push_back(1e8);
+  const SimNet shared = net_from_tree_input(in, {"a", "a", "b", "b"});
+  ASSERT_EQ(shared.hosts.size(), 3u);
+  EXPECT_EQ(shared.host_of[2], shared.host_of[3]);
+  Tree both = tree_of({-1, 0, 0, 0});
+  auto r = simulate(shared, both, step_of(8e6));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->last_byte_s[3], 0.04 + 2 * 8e6 / 1e8, 0.01);
 }
 
 }  // namespace
