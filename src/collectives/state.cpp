@@ -84,9 +84,13 @@ Result<topology::Tree> Engine::tree(int root, double bytes, const std::vector<in
   in.bw_Bps = comm.probe().bw_Bps;
   in.message_bytes = bytes;
   const std::vector<int> members = live && int(live->size()) < in.nranks ? *live : std::vector<int>{};
-  if (cached_tree_ && cached_tree_->in == in && cached_tree_->members == members) return cached_tree_->tree;
+  for (const auto& c : cached_trees_)
+    if (c.members == members && c.in == in) return c.tree;
   auto t = members.empty() ? topology::build_tree("", in) : member_tree(in, members);
-  if (t.ok()) cached_tree_ = CachedTree{in, members, t.value()};
+  if (t.ok()) {
+    if (cached_trees_.size() >= kTreeCache) cached_trees_.pop_front();
+    cached_trees_.push_back(CachedTree{in, members, t.value()});
+  }
   if (t.ok() && rank() == root && log::level() >= log::Level::kInfo) {
     // Once per distinct tree (it is the same every step unless the root or the size class changes).
     std::string f = t->format();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,14 +88,16 @@ class Engine {
 
  private:
   std::string last_tree_logged_;
-  // The last tree and what it was built from: the simulator costs each candidate, so a tree is
-  // built once, not every step.
+  // The trees built so far and what each was built from (the simulator costs every candidate, so a
+  // tree is built once per input, not every step; a dense broadcast of many tensors of different
+  // sizes uses one tree per size). At most kTreeCache, the oldest dropped first.
   struct CachedTree {
     topology::TreeInput in;
     std::vector<int> members;
     topology::Tree tree;
   };
-  std::optional<CachedTree> cached_tree_;
+  static constexpr size_t kTreeCache = 64;
+  std::deque<CachedTree> cached_trees_;
 };
 
 // Marks a collective running on this communicator (for sparrowCommGetProgress) while in scope.
