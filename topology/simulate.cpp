@@ -36,9 +36,9 @@ double pick_dt(const SimNet& net, const Tree& t, const SimStep& s, double bound)
   }
   const double expected = std::max(bound, fanout) + s.root_start_s + s.encode_s;
   double dt = std::clamp(expected / 5000, 20e-6, 0.1);
-  // Keep big trees affordable: at most ~3e7 flow-steps.
+  // Keep big trees affordable: about s.max_flow_steps.
   const double flows = std::max(1, net.nranks() - 1);
-  return std::max(dt, 2 * expected * flows / 3e7);
+  return std::max(dt, 2 * expected * flows / std::max(1.0, s.max_flow_steps));
 }
 
 std::vector<Flow> make_flows(const SimNet& net, const Tree& t, const SimStep& s, double dt) {

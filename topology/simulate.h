@@ -56,6 +56,7 @@ struct SimStep {
   double encode_s = 0;           // root's encoder wall time, frames produced evenly over it
   std::vector<double> tail_s;    // per rank, CPU after its last byte (empty: none)
   double dt_s = 0;               // time step (0: chosen from the delays and the expected time)
+  double max_flow_steps = 3e7;   // with dt_s 0: big trees get a coarser step, to about this many flow-steps
 };
 
 struct SimResult {

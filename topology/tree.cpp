@@ -141,6 +141,9 @@ double simulated_seconds(const Tree& t, const TreeInput& in) {
   step.wire_bytes = std::max(in.message_bytes, 1.0);
   // Frames: a sparse step's chunks are ~1/500 of it, a dense broadcast's segments 4 MiB.
   step.frame_bytes = std::clamp(step.wire_bytes / 256, 16.0 * 1024, 4.0 * 1024 * 1024);
+  // Every rank builds its trees at its first operation: a coarser step for trees of over ~200
+  // ranks (at 1,000 ranks, auto's six candidates take ~1 s instead of ~7), the same below.
+  step.max_flow_steps = 2e6;
   auto r = simulate(net_from_tree_input(in, t.region), t, step);
   return r.ok() ? r->step_s : estimate_seconds(t, in);
 }

@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <deque>
-#include <optional>
 #include <string>
 #include <vector>
 
