@@ -27,6 +27,9 @@ struct HostRuntime {
 
 struct Counters {
   uint64_t packets = 0, bytes = 0, queue_drops = 0, loss_drops = 0, fault_drops = 0;
+  // Packets the host's kernel dropped at its TUN device before the router read them: loss the
+  // scenario does not have, from an emulator that fell behind (not the link model's doing).
+  uint64_t emu_drops = 0;
 };
 
 class Emulator {
@@ -45,6 +48,9 @@ class Emulator {
   // The inode of host i's network namespace (to find the processes inside it).
   uint64_t netns_inode(int host) const;
   void stop();
+  // Whether the router thread runs at a real-time priority (so ranks busy on every core cannot
+  // hold it off the CPU; when it is held off, packets queue or drop before the link model).
+  bool realtime() const { return realtime_; }
 
  private:
   Emulator() = default;
@@ -53,6 +59,7 @@ class Emulator {
   std::vector<HostRuntime> rt_;
   std::thread router_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> realtime_{false};
   int timer_fd_ = -1, ep_ = -1;
   struct Impl;
   std::shared_ptr<Impl> impl_;
