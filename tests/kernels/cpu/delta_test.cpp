@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 
 #include <cstring>
 
@@ -266,6 +268,114 @@ TEST(Delta, BaseVerificationWithoutBlockSumsFallsBackToDigests) {
   ASSERT_TRUE(p.apply(ck).ok());
   EXPECT_TRUE(p.equal());
   EXPECT_EQ(p.state.block_elems, 1024u);
+}
+
+// ---- a step streamed frame by frame (ApplySession), as the collectives feed it -------------------------
+
+// The frames of checkpoint `ck` (sharing its bytes): header, chunks in stream order, footer.
+struct Frames {
+  std::shared_ptr<const std::vector<uint8_t>> all;
+  std::span<const uint8_t> header, footer;
+  std::vector<std::span<const uint8_t>> chunks;
+  explicit Frames(const std::vector<uint8_t>& ck) : all(std::make_shared<const std::vector<uint8_t>>(ck)) {
+    auto cv = format::parse_checkpoint(*all).value();
+    const uint8_t* base = all->data();
+    header = {base, cv.header_bytes};
+    size_t end = cv.header_bytes;
+    for (auto& c : cv.chunks) {
+      const uint8_t* b = c.index.data() - format::kChunkHeaderBytes;
+      chunks.emplace_back(b, c.frame_bytes());
+      end = size_t(b - base) + c.frame_bytes();
+    }
+    footer = {base + end, all->size() - end};
+  }
+};
+
+// Streams `ck` to p's receiver with its chunks in `order` (indices; empty: as encoded).
+Status apply_streamed(Pair& p, const std::vector<uint8_t>& ck, std::vector<size_t> order, ApplyStats* st = nullptr) {
+  Frames f(ck);
+  if (order.empty())
+    for (size_t i = 0; i < f.chunks.size(); ++i) order.push_back(i);
+  auto d = p.dst();
+  ApplySession s(d, p.layout, p.state, {});
+  SPARROW_RETURN_IF_ERROR(s.begin(f.header));
+  for (size_t i : order) SPARROW_RETURN_IF_ERROR(s.add_chunk(f.all, f.chunks[i]));
+  return s.finish(f.footer, st);
+}
+
+// A step streamed chunk by chunk, in order or reversed (as striped streams may deliver it), applies
+// bit-exact with exact block sums, step after step.
+TEST(Delta, StreamedStepsInAnyChunkOrderAreBitExact) {
+  Pair p({{"w", 9, 64 * 1024}, {"quiet", 9, 8 * 1024}});
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  for (int step = 0; step < 4; ++step) {
+    gen::mutate_exact(p.root[0].data(), p.layout[0].count, 2, 0.01, 40 + step);  // "quiet" keeps its values
+    auto ck = p.encode(small_chunks()).value();
+    const size_t nchunks = Frames(ck).chunks.size();
+    ASSERT_EQ(nchunks, 64u) << "every block of 'w' changes, none of 'quiet'";
+    std::vector<size_t> order;
+    for (size_t i = 0; i < nchunks; ++i) order.push_back(step % 2 ? nchunks - 1 - i : i);
+    ApplyStats st;
+    ASSERT_TRUE(apply_streamed(p, ck, order, &st).ok()) << "step " << step;
+    ASSERT_TRUE(p.equal()) << "step " << step;
+    ASSERT_TRUE(p.block_sums_exact()) << "step " << step;
+    EXPECT_EQ(st.chunks, 64u);
+  }
+}
+
+// Base verification of a streamed step (on its own thread, overlapped with the chunks) catches a
+// write in a block that a chunk changes and in one that none does, whatever the chunks' order;
+// nothing is written.
+TEST(Delta, StreamedStepRefusesWritesWhereverTheyAre) {
+  Pair p({{"w", 9, 32 * 1024}, {"quiet", 9, 8 * 1024}});
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  gen::mutate_exact(p.root[0].data(), p.layout[0].count, 2, 0.01, 5);
+  auto ck = p.encode(small_chunks()).value();
+  const size_t nchunks = Frames(ck).chunks.size();
+  std::vector<size_t> reverse;
+  for (size_t i = nchunks; i-- > 0;) reverse.push_back(i);
+  struct Case {
+    size_t tensor, byte;
+    const char* name;
+  };
+  for (const Case& c : {Case{0, 2 * 20000 + 1, "'w'"}, Case{1, 2 * 4000, "'quiet'"}, Case{0, 0, "'w'"}}) {
+    for (bool rev : {false, true}) {
+      auto before = p.recv;
+      p.recv[c.tensor][c.byte] ^= 0x20;
+      auto scribbled = p.recv;
+      ReceiverState kept = p.state;
+      Status s = apply_streamed(p, ck, rev ? reverse : std::vector<size_t>{});
+      EXPECT_EQ(s.code(), Code::kVersionMismatch) << c.name << (rev ? " reversed" : "") << ": " << s.message();
+      EXPECT_NE(s.message().find(c.name), std::string::npos) << s.message();
+      EXPECT_EQ(p.recv, scribbled) << "nothing written";
+      EXPECT_EQ(p.state.version, kept.version);
+      p.recv = before;
+    }
+  }
+  ASSERT_TRUE(apply_streamed(p, ck, reverse).ok());
+  EXPECT_TRUE(p.equal());
+}
+
+// A session abandoned before its footer (a lost parent, a timeout) ends at once, its verifier thread
+// with it, and writes nothing.
+TEST(Delta, AbandonedStreamedStepEndsAtOnce) {
+  Pair p({{"w", 9, 64 * 1024}});
+  ASSERT_TRUE(p.apply(p.encode(small_chunks()).value()).ok());
+  p.mutate(0.01, 9);
+  auto ck = p.encode(small_chunks()).value();
+  Frames f(ck);
+  auto before = p.recv;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    auto d = p.dst();
+    ApplySession s(d, p.layout, p.state, {});
+    ASSERT_TRUE(s.begin(f.header).ok());
+    for (size_t i = 0; i < f.chunks.size() / 2; ++i) ASSERT_TRUE(s.add_chunk(f.all, f.chunks[i]).ok());
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(p.recv, before);
+  ASSERT_TRUE(apply_streamed(p, ck, {}).ok());
+  EXPECT_TRUE(p.equal());
 }
 
 TEST(Delta, CorruptOrTruncatedCheckpointNeverHalfApplies) {
