@@ -121,8 +121,13 @@ std::string gather_rank_json(sparrowComm_t comm, int rank, int n, int root, doub
     }
   }
   char cpu[64];
-  snprintf(cpu, sizeof cpu, "\"cpu_s\":%.4f,", cpu_s);
-  mine.insert(1, cpu);
+  if (mine == "{}") {  // no communicator (MPI_Bcast): the CPU seconds and the rank alone
+    snprintf(cpu, sizeof cpu, "{\"cpu_s\":%.4f,\"rank\":%d}", cpu_s, rank);
+    mine = cpu;
+  } else {
+    snprintf(cpu, sizeof cpu, "\"cpu_s\":%.4f,", cpu_s);
+    mine.insert(1, cpu);
+  }
   int len = int(mine.size());
   std::vector<int> lens(n), offs(n);
   MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, root, MPI_COMM_WORLD);
