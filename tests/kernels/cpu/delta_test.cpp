@@ -415,15 +415,10 @@ Status apply_chain(Pair& p, const std::vector<std::vector<uint8_t>>& links, cons
 
 // The same checkpoint with its chunks in reverse order (as a stream may deliver them).
 std::vector<uint8_t> reversed_chunks(const std::vector<uint8_t>& ck) {
-  auto cv = format::parse_checkpoint(ck).value();
-  std::vector<uint8_t> out(ck.begin(), ck.begin() + cv.header_bytes);
-  for (size_t i = cv.chunks.size(); i-- > 0;) {
-    const uint8_t* b = cv.chunks[i].index.data() - format::kChunkHeaderBytes;
-    out.insert(out.end(), b, b + cv.chunks[i].frame_bytes());
-  }
-  size_t foot = cv.header_bytes;  // the footer follows the last chunk
-  if (!cv.chunks.empty()) foot = size_t(cv.chunks.back().values.data() + cv.chunks.back().values.size() - ck.data());
-  out.insert(out.end(), ck.begin() + foot, ck.end());
+  const Frames f(ck);
+  std::vector<uint8_t> out(f.header.begin(), f.header.end());
+  for (size_t i = f.chunks.size(); i-- > 0;) out.insert(out.end(), f.chunks[i].begin(), f.chunks[i].end());
+  out.insert(out.end(), f.footer.begin(), f.footer.end());
   return out;
 }
 
