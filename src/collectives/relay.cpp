@@ -93,20 +93,26 @@ void Relay::attach_elastic(int parent, std::vector<int> children, int root, doub
   patience_s_ = patience_s;
 }
 
-Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
-  if (root_ < 0) return w_.recv(parent_, sub);
-  auto within = [&] {
-    return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience_s_));
-  };
-  auto m = w_.recv(parent_, sub, within());
-  if (m.ok() || parent_ == root_ || reattached_) return m;
+transport::Deadline Relay::part_deadline() const {
+  if (root_ < 0) return w_.deadline;
+  return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience_s_));
+}
+
+bool Relay::reattach(uint32_t sub, const Status& why) {
+  if (root_ < 0 || parent_ == root_ || reattached_) return false;
   SPARROW_INFO("rank %d: parent rank %d failed in operation %llu while part %u was awaited (%s); re-attaching to "
-               "the root, rank %d", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub,
-               m.status().message().c_str(), root_);
-  SPARROW_RETURN_IF_ERROR(w_.send({root_}, kReattachSub, share(reattach_request(sub))));
+               "the root, rank %d", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub, why.message().c_str(),
+               root_);
+  if (!w_.send({root_}, kReattachSub, share(reattach_request(sub))).ok()) return false;
   parent_ = root_;
   reattached_ = true;
-  return w_.recv(parent_, sub, within());
+  return true;
+}
+
+Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
+  auto m = w_.recv(parent_, sub, part_deadline());
+  if (m.ok() || !reattach(sub, m.status())) return m;
+  return w_.recv(parent_, sub, part_deadline());
 }
 
 Result<Frame> Relay::next(uint32_t sub) {
@@ -122,7 +128,21 @@ Result<Frame> Relay::next(uint32_t sub) {
 }
 
 Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
-  SPARROW_RETURN_IF_ERROR(w_.net.recv_into(parent_, w_.key(sub), dst, n, w_.deadline));
+  std::vector<uint8_t> other;  // not a segment: an abort frame from above (or junk)
+  auto get = [&] { return w_.net.recv_into(parent_, w_.key(sub), dst, n, part_deadline(), &other); };
+  Status s = get();
+  if (!s.ok() && reattach(sub, s)) s = get();  // the root sends the segment whole again
+  if (!s.ok()) return pass_down(sub, std::move(s));
+  if (!other.empty()) {
+    Frame f = share(std::move(other));
+    if (is_abort(*f)) {
+      out_.send(sub, f);  // the subtree learns it too
+      return abort_status(*f);
+    }
+    return pass_down(sub, CorruptData("part " + std::to_string(sub) + " of operation " + std::to_string(w_.seq) +
+                                      " from rank " + std::to_string(parent_) + " has " + std::to_string(f->size()) +
+                                      " bytes, not the " + std::to_string(n) + " of its segment"));
+  }
   out_.send_borrowed(sub, dst, n);
   bytes_ += n;
   return Status::Ok();

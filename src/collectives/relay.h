@@ -70,7 +70,8 @@ class Relay {
   // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);
   // The same into caller memory (dense segments): received in place and forwarded from there, so
-  // `dst` must stay valid until finish().
+  // `dst` must stay valid until finish(). An abort frame (or a re-attach) works as in next(); a
+  // failed segment may leave `dst` partly written.
   Status next_into(uint32_t sub, uint8_t* dst, size_t n);
   void finish() { out_.finish(); }
 
@@ -86,6 +87,13 @@ class Relay {
   Status pass_down(uint32_t sub, Status why);
   // Part `sub` from the parent (elastic: from the root instead, when the parent failed).
   Result<std::vector<uint8_t>> receive(uint32_t sub);
+  // How long part `sub` may take: the operation's deadline; elastic, also the lease (the root) or
+  // this rank's patience (another parent).
+  transport::Deadline part_deadline() const;
+  // Elastic: the parent failed (`why`) while part `sub` was awaited; asks the root for the rest
+  // from `sub` on. False when this rank does not re-attach (not elastic, the root is its parent
+  // already, it re-attached once, or the request could not go).
+  bool reattach(uint32_t sub, const Status& why);
   OpWire w_;
   int parent_;
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)

@@ -43,6 +43,12 @@ Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
     e.total = h.total;
     e.own.resize(h.total);
     e.first = Clock::now();
+  } else if (e.total != h.total && e.ext && e.claimed == 0) {
+    // A receiver waits for `k` in its own buffer, but the message has another length (an abort frame
+    // in place of a segment): it lands here instead, and the receiver sees its length.
+    e.ext = nullptr;
+    e.total = h.total;
+    e.own.resize(h.total);
   } else if (e.total != h.total) {
     return CorruptData("fragments of one message disagree on its length");
   }
@@ -170,7 +176,7 @@ Result<std::vector<uint8_t>> Mailbox::recv(const MsgKey& k, Deadline d) {
   return out;
 }
 
-Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d) {
+Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, std::vector<uint8_t>* other) {
   std::unique_lock<std::mutex> lk(mu_);
   auto [it, fresh] = entries_.try_emplace(k);
   if (fresh) {
@@ -194,6 +200,11 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d) {
   }
   it = entries_.find(k);
   Entry& e = it->second;
+  if (e.total != len && other && e.total > 0 && !e.ext) {
+    *other = std::move(e.own);
+    entries_.erase(it);
+    return Status::Ok();
+  }
   if (e.total != len) {
     entries_.erase(it);
     return Error(Code::kInvalidUsage, "message from " + peer_desc_ + " has " + std::to_string(e.total) +

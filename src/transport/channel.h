@@ -44,8 +44,10 @@ class Mailbox : public FrameSink {
   // Waits for the complete message `k` and takes it.
   Result<std::vector<uint8_t>> recv(const MsgKey& k, Deadline d);
   // Like recv, but the payload lands in `dst` (exactly `len` bytes expected): no copy when the
-  // message has not started arriving yet.
-  Status recv_into(const MsgKey& k, void* dst, size_t len, Deadline d);
+  // message has not started arriving yet. A message of another (non-zero) length under the same key
+  // (an abort frame in place of a segment) is not written to `dst`: with `other` it is moved there
+  // and Ok returned (the caller tells them apart by `other` being non-empty); without, it is an error.
+  Status recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, std::vector<uint8_t>* other = nullptr);
   // Every current and future wait fails with `why` (peer lost, abort). First failure wins.
   void fail(const Status& why);
   Status failure() const;

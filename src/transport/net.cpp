@@ -286,9 +286,9 @@ Result<std::vector<uint8_t>> Net::recv(int peer, const MsgKey& k, Deadline d) {
   return box(peer)->recv(k, d);
 }
 
-Status Net::recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d) {
+Status Net::recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d, std::vector<uint8_t>* other) {
   SPARROW_RETURN_IF_ERROR(connect(peer, d));
-  return box(peer)->recv_into(k, dst, len, d);
+  return box(peer)->recv_into(k, dst, len, d, other);
 }
 
 void Net::abort(const Status& why) {

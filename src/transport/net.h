@@ -36,7 +36,8 @@ class Net {
   // Queues a message to `peer`; establishes the channel if needed (within deadline d).
   Result<SendRequestPtr> send(int peer, const MsgKey& k, Payload p, Deadline d);
   Result<std::vector<uint8_t>> recv(int peer, const MsgKey& k, Deadline d);
-  Status recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d);
+  // A message of another length under `k` goes to `other` (Mailbox::recv_into).
+  Status recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d, std::vector<uint8_t>* other = nullptr);
   // Ensures the channel to `peer` exists (both sides must call it, directly or through send/recv).
   Status connect(int peer, Deadline d);
   bool has_channel(int peer) const {

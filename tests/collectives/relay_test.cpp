@@ -155,6 +155,63 @@ TEST(Relay, ParentLossIsPassedDownAtOnce) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
+// The same in place (dense segments): the abort frame rank 1 passes down in place of a segment
+// reaches rank 2 as rank 1's failure at once, and rank 2's buffer gets none of its bytes.
+TEST(Relay, DenseParentLossIsPassedDownAtOnce) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  const auto seg = test::random_bytes(4096, 7);
+  ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1, share(std::vector<uint8_t>(seg))).ok());
+  Relay mid(wire_of(*nets[1], 30), 0, {2});
+  Relay leaf(wire_of(*nets[2], 30), 1, {});
+  std::vector<uint8_t> a(2 * seg.size()), b(2 * seg.size(), 0xee);
+  ASSERT_TRUE(mid.next_into(1, a.data(), seg.size()).ok());
+  ASSERT_TRUE(leaf.next_into(1, b.data(), seg.size()).ok());
+  nets[0].reset();
+  auto t0 = std::chrono::steady_clock::now();
+  Status m = mid.next_into(2, a.data() + seg.size(), seg.size());
+  EXPECT_EQ(m.code(), Code::kPeerLost) << m.to_string();
+  Status l = leaf.next_into(2, b.data() + seg.size(), seg.size());
+  EXPECT_EQ(l.code(), Code::kPeerLost) << l.to_string();
+  EXPECT_NE(l.message().find("rank 1 (on the way from the root) lost its parent, rank 0"), std::string::npos) << l.message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  mid.finish();
+  EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + long(seg.size())), seg);
+  EXPECT_EQ(std::vector<uint8_t>(b.begin() + long(seg.size()), b.end()), std::vector<uint8_t>(seg.size(), 0xee));
+}
+
+// Elastic, in place: rank 2's parent (rank 1) goes away after the first segment; rank 2 asks the
+// root for the segments from the one it waited for on, and its buffer ends bit-exact.
+TEST(Relay, DenseReattachTakesTheRestFromTheRoot) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  const auto data = test::random_bytes(3 * 5000, 9);
+  auto segment = [&](uint32_t sub) {
+    return share(std::vector<uint8_t>(data.begin() + long((sub - 1) * 5000), data.begin() + long(sub * 5000)));
+  };
+  ASSERT_TRUE(wire_of(*nets[1]).send({2}, 1, segment(1)).ok());
+  Relay leaf(wire_of(*nets[2], 30), -1, {});
+  leaf.attach_elastic(1, {}, 0, 10.0, 5.0);
+  std::vector<uint8_t> got(data.size());
+  ASSERT_TRUE(leaf.next_into(1, got.data(), 5000).ok());
+  nets[1].reset();
+  std::thread root([&] {  // the root serves the re-attach request
+    auto rq = wire_of(*nets[0]).recv(2, kReattachSub);
+    ASSERT_TRUE(rq.ok()) << rq.status().to_string();
+    auto from = decode_reattach(rq.value());
+    ASSERT_TRUE(from.ok());
+    EXPECT_EQ(from.value(), 2u);
+    for (uint32_t sub = from.value(); sub <= 3; ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({2}, sub, segment(sub)).ok());
+  });
+  for (uint32_t sub = 2; sub <= 3; ++sub) {
+    Status s = leaf.next_into(sub, got.data() + (sub - 1) * 5000, 5000);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  root.join();
+  EXPECT_EQ(leaf.parent(), 0);
+  EXPECT_EQ(got, data);
+}
+
 TEST(Relay, AbortFramesAreNeverDataAndCarryTheirStatus) {
   auto f = abort_frame(Status(Code::kTimeout, "parent silent"));
   EXPECT_TRUE(is_abort(f));

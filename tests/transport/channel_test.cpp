@@ -102,6 +102,52 @@ TEST(MailboxTest, DiscardKeepsTheSubItIsToldToAndWakesTheNotifier) {
   EXPECT_GT(g, g0 + 3);
 }
 
+// Delivers `text` as the whole single-frame message `key`.
+void deliver_text(Mailbox& mb, Conn* c, MsgKey key, const std::string& text) {
+  FrameHeader h;
+  h.key = key;
+  h.total = h.len = text.size();
+  auto dst = mb.frame_begin(c, h);
+  ASSERT_TRUE(dst.ok()) << dst.status().to_string();
+  memcpy(dst.value(), text.data(), text.size());
+  mb.frame_end(c, h);
+}
+
+TEST(MailboxTest, MessageOfAnotherLengthGoesAsideInsteadOfIntoTheCallersBuffer) {
+  // A relay waits for an 8-byte segment in its own buffer; its parent sends a 3-byte abort frame
+  // under the same key instead. Whether the frame comes before or after the wait began, the caller's
+  // buffer is untouched and the frame comes back whole.
+  for (bool early : {true, false}) {
+    Mailbox mb("rank 1", 1);
+    InstantConn a(0);
+    const MsgKey k{1, 9, 2};
+    if (early) deliver_text(mb, &a, k, "abc");
+    std::string buf(8, '.');
+    std::vector<uint8_t> other;
+    std::thread late;
+    if (!early) late = std::thread([&] { deliver_text(mb, &a, k, "abc"); });
+    Status s = mb.recv_into(k, buf.data(), buf.size(), std::chrono::steady_clock::now() + std::chrono::seconds(30), &other);
+    if (late.joinable()) late.join();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(std::string(other.begin(), other.end()), "abc") << (early ? "early" : "late");
+    EXPECT_EQ(buf, std::string(8, '.'));
+  }
+  // Without `other` it is an error naming both lengths, and the right length still lands in place.
+  Mailbox mb("rank 1", 1);
+  InstantConn a(0);
+  deliver_text(mb, &a, MsgKey{1, 9, 3}, "abc");
+  std::string buf(8, '.');
+  Status s = mb.recv_into(MsgKey{1, 9, 3}, buf.data(), buf.size(), std::chrono::steady_clock::now());
+  EXPECT_EQ(s.code(), Code::kInvalidUsage);
+  std::vector<uint8_t> other;
+  std::thread t([&] { deliver_text(mb, &a, MsgKey{1, 9, 4}, "12345678"); });
+  s = mb.recv_into(MsgKey{1, 9, 4}, buf.data(), buf.size(), std::chrono::steady_clock::now() + std::chrono::seconds(30), &other);
+  t.join();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(other.empty());
+  EXPECT_EQ(buf, "12345678");
+}
+
 TEST(MailboxTest, AnyOtherFailureFailsAtOnce) {
   Mailbox mb("rank 1", 4);
   InstantConn a(0);
