@@ -103,8 +103,10 @@ typedef struct sparrowConfig_v1 {
  *    receiver returns sparrowPeerLost, its buffer unchanged;
  *  - the root waits for every member's acknowledgement before it returns (at most the lease after its
  *    last part), so its call reflects who is still in;
- *  - sparrowBroadcast on an elastic communicator works while every rank is a member, and returns
- *    sparrowInvalidUsage once one was dropped. */
+ *  - sparrowBroadcast (dense) works the same way over the live members: a group is one operation,
+ *    the children of a dead relay take the rest of it from the root, a silent member is dropped, and
+ *    every receive buffer is written only once the whole broadcast arrived and every member agreed
+ *    (a failed call leaves it as it was; this costs one host copy of the data per receiver). */
 sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank,
                                           sparrowConfig_t* config);
 
@@ -115,7 +117,10 @@ sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparr
  * the process that called sparrowGetUniqueId runs), asks rank 0, and returns once rank 0 admitted it,
  * at rank 0's next sparrowSparseBcast (so rank 0 must be the sparse root). Call sparrowSparseBcast
  * right after: the joiner takes part from that operation on, which brings it a full snapshot of every
- * buffer set (later ones deltas), and the root's lease applies to it. config: NULL or elastic = 1
+ * buffer set (later ones deltas), and the root's lease applies to it. A restarted worker whose receive
+ * buffers still hold a version the root retained (SPARROW_RETAIN_STEPS) gets the deltas since that
+ * version instead of a snapshot: it tells the root its buffers' content digests, and the deltas are
+ * applied only if the buffers hold that version bit for bit. config: NULL or elastic = 1
  * (leaseMs 0 or the communicator's). Errors: sparrowInvalidUsage (not elastic, a lease that differs),
  * sparrowInvalidArgument (bad slot), sparrowPeerLost (the slot is still held by a live member, or
  * rank 0 unreachable), sparrowTimeout (rank 0 made no sparse broadcast within SPARROW_TIMEOUT_S).

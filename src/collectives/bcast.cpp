@@ -31,7 +31,7 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
   if (!e.comm.elastic()) {
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
   } else if (e.rank() == root) {
-    admit_joiners(e, op.seq);
+    op.joined = admit_joiners(e, op.seq);
     publish_free_slots(e);
     op.members = e.members.live();
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));

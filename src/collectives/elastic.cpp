@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <iterator>
 #include <thread>
 
 #include "core/log.h"
@@ -20,14 +21,15 @@ struct Awaited {
 };
 
 // The parts from `from` on, to `r` (its re-attach request).
-Status serve_reattach(const OpWire& w, int r, uint32_t from, const Parts& parts) {
+Status serve_reattach(const OpWire& w, int r, uint32_t from, const Parts& parts,
+                      std::vector<transport::SendRequestPtr>* reqs) {
   if (parts.empty() || from > parts.rbegin()->first)
     return CorruptData("rank " + std::to_string(r) + " asked for part " + std::to_string(from) + " of operation " +
                        std::to_string(w.seq) + ", which has " + std::to_string(parts.size()) + " part(s)");
   for (auto it = parts.lower_bound(from); it != parts.end(); ++it) {
-    const Frame& f = it->second;
-    auto q = w.net.send(r, w.key(it->first), transport::Payload{f->data(), f->size(), f}, w.deadline);
+    auto q = w.net.send(r, w.key(it->first), it->second, w.deadline);
     if (!q.ok()) return q.status();
+    if (reqs) reqs->push_back(std::move(q.value()));
   }
   SPARROW_INFO("rank %d re-attached to the root in operation %llu: parts %u..%u sent to it", r,
                (unsigned long long)w.seq, from, parts.rbegin()->first);
@@ -37,7 +39,7 @@ Status serve_reattach(const OpWire& w, int r, uint32_t from, const Parts& parts)
 // One look (no waiting) at what member `a` sent. True when the root is done with it: it
 // acknowledged (into `acked`) or was dropped.
 bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const Parts& parts,
-             std::vector<int>* acked, Status* first) {
+             std::vector<int>* acked, Status* first, std::vector<transport::SendRequestPtr>* reqs) {
   const auto now = Clock::now();
   auto ack = w.recv(a.rank, kAckSub, now);
   if (ack.ok()) {
@@ -56,7 +58,7 @@ bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const
       a.reattached = true;
       a.until = transport::deadline_in(e.comm.lease_s());
       auto from = decode_reattach(rq.value());
-      Status s = from.ok() ? serve_reattach(w, a.rank, from.value(), parts) : from.status();
+      Status s = from.ok() ? serve_reattach(w, a.rank, from.value(), parts, reqs) : from.status();
       if (!s.ok()) {
         drop_member(e, a.rank, w.seq, "its re-attach failed: " + s.message());
         return true;
@@ -92,7 +94,8 @@ void drop_member(Engine& e, int r, uint64_t seq, const std::string& why) {
                                                      "communicator: " + why));
 }
 
-void admit_joiners(Engine& e, uint64_t seq) {
+std::vector<int> admit_joiners(Engine& e, uint64_t seq) {
+  std::vector<int> admitted;
   auto& net = e.comm.net();
   for (int r = 0; r < e.comm.nranks(); ++r) {
     if (r == e.rank() || e.members.is_live(r)) continue;
@@ -121,7 +124,9 @@ void admit_joiners(Engine& e, uint64_t seq) {
     }
     SPARROW_INFO("rank %d joined the elastic communicator at operation %llu from %s (region %s)", r,
                  (unsigned long long)seq, place->address.c_str(), place->region.empty() ? "inferred" : place->region.c_str());
+    admitted.push_back(r);
   }
+  return admitted;
 }
 
 void publish_free_slots(Engine& e) {
@@ -182,6 +187,7 @@ Status join(Engine& e) {
   probe.rtt_s = w.rtt_s;
   probe.bw_Bps = w.bw_Bps;
   e.comm.adopt(std::move(ranks), std::move(probe), w.first_seq);
+  e.joined_at = w.first_seq;
   // The higher ranks expect this rank to connect to them (the lower ones connect here once the
   // first operation's header tells them where it is): connect now, so none of them waits for it.
   // All at once: each costs round trips (a WAN's), and rank 0's first operation with this rank,
@@ -214,7 +220,7 @@ void send_header_to_all(Engine& e, const OpWire& w, const Frame& header) {
 }
 
 Status collect_acks(Engine& e, const OpWire& w, const BufferKey& key, std::vector<int> expect, const Parts& parts,
-                    std::vector<int>* acked) {
+                    std::vector<int>* acked, std::vector<transport::SendRequestPtr>* reqs) {
   std::vector<Awaited> waiting;
   const auto until = transport::deadline_in(e.comm.lease_s());
   for (int r : expect)
@@ -223,13 +229,57 @@ Status collect_acks(Engine& e, const OpWire& w, const BufferKey& key, std::vecto
   while (!waiting.empty()) {
     SPARROW_RETURN_IF_ERROR(w.net.aborted());  // not the members' failure: nobody is dropped for it
     const uint64_t seen = w.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
-    std::erase_if(waiting, [&](Awaited& a) { return look_at(e, w, key, a, parts, acked, &first); });
+    std::erase_if(waiting, [&](Awaited& a) { return look_at(e, w, key, a, parts, acked, &first, reqs); });
     if (waiting.empty()) break;
     auto next = std::min_element(waiting.begin(), waiting.end(), [](auto& x, auto& y) { return x.until < y.until; });
     w.net.arrivals().wait(seen, next->until);
   }
   std::sort(acked->begin(), acked->end());
   return first;
+}
+
+Status finish_elastic(Engine& e, const OpWire& w, const BufferKey& key, const std::vector<int>& members,
+                      const Parts& parts, bool verdict, std::vector<transport::SendRequestPtr>* reqs) {
+  std::vector<int> expected, acked;
+  for (int r : members)
+    if (r != e.rank()) expected.push_back(r);
+  Status agree = collect_acks(e, w, key, expected, parts, &acked, reqs);
+  if (!verdict) return agree;
+  std::vector<int> gone;
+  std::set_difference(expected.begin(), expected.end(), acked.begin(), acked.end(), std::back_inserter(gone));
+  if (!gone.empty())
+    (void)send_verdict(w, gone, Status(Code::kPeerLost, "dropped from the elastic communicator by the root during "
+                                                        "this operation (it died, stalled past the lease, or lost "
+                                                        "its connection)"));
+  SPARROW_RETURN_IF_ERROR(send_verdict(w, acked, verdict_for_others(agree)));
+  return agree;
+}
+
+double reattach_patience(const topology::Tree& t, int me, double lease_s) {
+  auto depth = [&](int r) {
+    int d = 0;
+    for (; r >= 0 && t.parent[size_t(r)] >= 0 && d <= int(t.parent.size()); r = t.parent[size_t(r)]) ++d;
+    return d;
+  };
+  int deepest = 1;
+  for (size_t r = 0; r < t.parent.size(); ++r) deepest = std::max(deepest, depth(int(r)));
+  return lease_s / 2 * double(depth(me)) / double(deepest);
+}
+
+Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped) {
+  SPARROW_ASSIGN_OR_RETURN(auto m, w.recv(root, 0));
+  Frame f = share(std::move(m));
+  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
+  if (!(h.flags & kOpElastic))
+    return Error(Code::kInvalidUsage, "rank " + std::to_string(root) + " runs this communicator as a fixed one");
+  apply_membership(e, h);
+  if (!e.members.is_live(e.rank())) {
+    *dropped = true;
+    return Error(Code::kPeerLost, "rank " + std::to_string(e.rank()) + " is no longer a member of this elastic "
+                 "communicator: the root dropped it (it died, stalled past the lease, or lost its connection); "
+                 "its buffers are as they were");
+  }
+  return f;
 }
 
 }  // namespace sparrow::coll

@@ -17,7 +17,9 @@
 
 namespace sparrow::coll {
 
-using Parts = std::map<uint32_t, Frame>;  // an operation's parts by sub, as the root streamed them
+// An operation's parts by sub, as the root streamed them (a sparse operation's frames, kept alive by
+// the payloads; a dense one's segments, borrowed from the caller's buffers).
+using Parts = std::map<uint32_t, transport::Payload>;
 
 // The header to every other rank the root can still reach, each send bounded by the lease.
 void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);
@@ -26,18 +28,33 @@ void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);
 void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);
 // The root, at the start of operation `seq`: admits every process whose join request waits in a
 // free slot's mailbox (sparrowCommJoin), tells it where everyone is and that `seq` is its first
-// operation, and lists it for a full snapshot in every buffer set.
-void admit_joiners(Engine& e, uint64_t seq);
+// operation, and lists it for a full snapshot in every buffer set. Returns the ranks admitted.
+std::vector<int> admit_joiners(Engine& e, uint64_t seq);
 // The root tells the store which slots are free now (for joiners that do not name one).
 void publish_free_slots(Engine& e);
 // A receiver applies an elastic header's membership: rejoined ranks' new places, drops.
 void apply_membership(Engine& e, const OpHeader& h);
 // sparrowCommJoin's second half, on the joiner: its request to rank 0 and rank 0's welcome.
 Status join(Engine& e);
-// This operation's acknowledgements from `expect` (members), serving re-attach requests from `parts`.
-// `acked`: the members that acknowledged (the others were dropped). Returns the first failure a
-// member reported that the next operation does not repair (a mismatch of arguments).
+// This operation's acknowledgements from `expect` (members), serving re-attach requests from `parts`
+// (their send requests appended to `reqs`). `acked`: the members that acknowledged (the others were
+// dropped). Returns the first failure a member reported that the next operation does not repair (a
+// mismatch of arguments).
 Status collect_acks(Engine& e, const OpWire& w, const BufferKey& key, std::vector<int> expect, const Parts& parts,
-                    std::vector<int>* acked);
+                    std::vector<int>* acked, std::vector<transport::SendRequestPtr>* reqs);
+// The root's end of an elastic operation over `members`: every member's acknowledgement (or its
+// drop), re-attaches served meanwhile (`reqs`: their sends); with `verdict`, the verdict to those that
+// acknowledged, and "you are out" to those dropped meanwhile that still run (a stalled one, resumed).
+// Returns what collect_acks does.
+Status finish_elastic(Engine& e, const OpWire& w, const BufferKey& key, const std::vector<int>& members,
+                      const Parts& parts, bool verdict, std::vector<transport::SendRequestPtr>* reqs);
+// How long an elastic rank waits for a part from a parent that is not the root before it re-attaches:
+// a share of half the lease growing with its depth in `t`, so that when a relay stalls, its child
+// re-attaches (and forwards again) before the grandchildren's patience runs out, and every re-attach
+// happens well within the root's lease for the re-attaching rank.
+double reattach_patience(const topology::Tree& t, int me, double lease_s);
+// A receiver's first step in an elastic operation: the header, straight from the root. Applies its
+// membership; kPeerLost (and `*dropped`) when it says this rank is out.
+Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped);
 
 }  // namespace sparrow::coll

@@ -14,6 +14,7 @@ constexpr uint32_t kAbortMagic = 0x42415053;  // "SPAB"
 constexpr uint32_t kMaxListed = 1u << 24;  // buffers or resync ranks in one header
 
 constexpr uint32_t kReattachMagic = 0x41525053;  // "SPRA"
+constexpr uint32_t kHoldsMagic = 0x44485053;     // "SPHD"
 
 [[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
 
@@ -208,6 +209,7 @@ std::string name_key(const transport::MsgKey& k) {
     case kResyncSub: return "resync (snapshot or missed deltas) of " + op;
     case kVerdictSub: return "verdict on " + op;
     case kReattachSub: return "re-attach request of " + op;
+    case kHoldsSub: return "joiner's digests in " + op;
     default: return "part " + std::to_string(k.sub) + " of " + op;
   }
 }
@@ -298,6 +300,26 @@ Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m) {
   SPARROW_RETURN_IF_ERROR(r.u32(&from));
   if (from == 0) return CorruptData("re-attach request from part 0 (the header comes from the root itself)");
   return from;
+}
+
+std::vector<uint8_t> holds_message(const std::vector<uint64_t>& digests) {
+  std::vector<uint8_t> o;
+  format::put_u32(o, kHoldsMagic);
+  format::put_u32(o, uint32_t(digests.size()));
+  for (uint64_t d : digests) format::put_u64(o, d);
+  return o;
+}
+
+Result<std::vector<uint64_t>> decode_holds(const std::vector<uint8_t>& m) {
+  format::ByteReader r(m, "holds message");
+  uint32_t magic, n;
+  SPARROW_RETURN_IF_ERROR(r.u32(&magic));
+  if (magic != kHoldsMagic) return CorruptData("bad holds message");
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (size_t(n) * 8 != m.size() - 8) return CorruptData("holds message of " + std::to_string(m.size()) + " bytes lists " + std::to_string(n) + " digests");
+  std::vector<uint64_t> d(n);
+  for (auto& x : d) SPARROW_RETURN_IF_ERROR(r.u64(&x));
+  return d;
 }
 
 }  // namespace sparrow::coll

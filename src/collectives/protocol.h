@@ -16,6 +16,9 @@
 //                  sends it the parts from the one named on (same keys), and it forwards them as before
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
+//   kHoldsSub      joiner -> root (elastic, its first sparse operation): the content digests of its
+//                  receive buffers; the root looks for the retained version they are and sends the
+//                  deltas from it as its resync, else a full snapshot
 #pragma once
 
 #include <cstddef>
@@ -41,7 +44,8 @@ using Frame = std::shared_ptr<std::vector<uint8_t>>;
 inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vector<uint8_t>>(std::move(v)); }
 
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
-                   kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u;
+                   kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u,
+                   kHoldsSub = 0xfffffff6u;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank
@@ -131,6 +135,12 @@ Result<Place> decode_place(const std::vector<uint8_t>& m);
 // An elastic rank asks the root for the parts of this operation from `from_sub` on.
 std::vector<uint8_t> reattach_request(uint32_t from_sub);
 Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m);
+
+// A joiner tells the root the content digests of its receive buffers (one per tensor) in its first
+// operation, so that a restarted worker that still holds an older version catches up by the
+// retained deltas from it instead of a full snapshot.
+std::vector<uint8_t> holds_message(const std::vector<uint64_t>& digests);
+Result<std::vector<uint64_t>> decode_holds(const std::vector<uint8_t>& m);
 
 // What the root's verdict tells the other ranks when the agreement found `agreed`: a mismatch of
 // arguments (kInvalidUsage) fails the operation everywhere; a failure of one rank of its own (lost,

@@ -68,7 +68,8 @@ Status RetainedSteps::add(const std::vector<std::shared_ptr<Bytes>>& frames) {
   size_t used = 0;
   SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(*frames.front(), &used));
   if (!steps_.empty() && steps_.back().version != h.base_version) steps_.clear();  // not consecutive
-  Step s{h.base_version, h.new_version, {}, ""};
+  Step s{h.base_version, h.new_version, {}, {}, ""};
+  for (auto& t : h.tensors) s.base_digests.push_back(t.base_digest);
   if (dir_.empty()) {
     s.frames = frames;  // held as sent; put in order only if a catch-up asks for it (load)
   } else {
@@ -84,6 +85,12 @@ Status RetainedSteps::add(const std::vector<std::shared_ptr<Bytes>>& frames) {
   }
   prune_anchors();
   return Status::Ok();
+}
+
+uint64_t RetainedSteps::version_with(const std::vector<uint64_t>& digests) const {
+  for (auto& s : steps_)
+    if (s.base_digests == digests) return s.base;
+  return 0;
 }
 
 bool RetainedSteps::wants_anchor(uint64_t version) const {

@@ -33,6 +33,9 @@ class RetainedSteps {
   // The consecutive retained deltas leading from version `from` to version `to` (none when from ==
   // to), or nothing if they are not all retained.
   std::optional<std::vector<SharedBytes>> chain(uint64_t from, uint64_t to) const;
+  // The retained version whose content digests (one per tensor) are `digests`: the base of a
+  // retained delta; 0 when none is.
+  uint64_t version_with(const std::vector<uint64_t>& digests) const;
   // A new base (a full version): earlier deltas no longer lead anywhere.
   void clear();
   size_t size() const { return steps_.size(); }
@@ -40,6 +43,7 @@ class RetainedSteps {
  private:
   struct Step {
     uint64_t base = 0, version = 0;
+    std::vector<uint64_t> base_digests;  // the base version's content digests (the header's)
     std::vector<std::shared_ptr<Bytes>> frames;  // in memory (as streamed), or
     std::string path;                            // on disk
   };

@@ -71,6 +71,7 @@ class Engine {
   AckWindow acks;
   Members members;  // elastic communicators: who is still in (all ranks otherwise)
   std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
+  uint64_t joined_at = 0;      // a joiner: its first operation (sparrowCommJoin), 0 otherwise
   DecodeWorker decoder;
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   // (Declared after the decoder: destroyed first, since its receive uses it.)

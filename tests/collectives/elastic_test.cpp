@@ -30,10 +30,10 @@ namespace {
 constexpr size_t kCount = 1 << 20;
 constexpr int kLeaseMs = 1500;
 
-std::vector<uint16_t> weights(int step) {
-  std::vector<uint16_t> w(kCount);
-  for (size_t i = 0; i < kCount; ++i) w[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
-  for (int s = 1; s <= step; ++s) sparrow::gen::mutate_exact(w.data(), kCount, 2, 0.01, 2000 + s);
+std::vector<uint16_t> weights(int step, size_t count = kCount) {
+  std::vector<uint16_t> w(count);
+  for (size_t i = 0; i < count; ++i) w[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
+  for (int s = 1; s <= step; ++s) sparrow::gen::mutate_exact(w.data(), count, 2, 0.01, 2000 + s);
   return w;
 }
 
@@ -55,7 +55,17 @@ struct Plan {
   bool any_slot = false;  // the joiner asks for any free slot (*rank = -1) instead of naming it
   const char* regions = nullptr;  // one letter per rank (SPARROW_REGION); the joiner takes the victim's
   int seeder = -1;  // the rank that must send the joiner its first, full version (not the root)
+  bool dense = false;  // every step a dense sparrowBroadcast of the whole version instead
+  size_t count = kCount;  // bf16 elements per step
+  bool joiner_keeps = false;  // the joiner starts with the version the victim held (a restarted worker
+                              // that kept its weights): it must catch up by deltas, not a snapshot
 };
+
+// One step's call on any rank (the root's buffer is both send and receive buffer).
+sparrowResult_t step_call(const Plan& p, sparrowComm_t comm, const void* send, void* recv) {
+  if (p.dense) return sparrowBroadcast(send ? send : recv, recv, p.count, sparrowBfloat16, 0, comm, nullptr);
+  return sparrowSparseBcast(send, recv, p.count, sparrowBfloat16, 0, comm, nullptr);
+}
 
 void set_region(const Plan& p, int rank) {
   if (p.regions && rank < int(strlen(p.regions))) setenv("SPARROW_REGION", std::string(1, p.regions[rank]).c_str(), 1);
@@ -88,15 +98,15 @@ int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
   sparrowComm_t comm = open_comm(id, 0, p.n);
   if (!comm) return 3;
   std::vector<double> took;
-  std::vector<uint16_t> w(kCount);  // one buffer: its address keys the root's state
+  std::vector<uint16_t> w(p.count);  // one buffer: its address keys the root's state
   int members[64], nlive = 0, whole_again = -1;
   bool seen_drop = false;
   for (int s = 0; s < (p.rejoin ? kMaxSteps : p.steps); ++s) {
     if (p.fault == Fault::kRootDies && s == p.fault_step) raise(SIGKILL);
-    const auto next = weights(s);
+    const auto next = weights(s, p.count);
     std::copy(next.begin(), next.end(), w.begin());
     auto t0 = std::chrono::steady_clock::now();
-    sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, kCount, sparrowBfloat16, 0, comm, nullptr);
+    sparrowResult_t rc = step_call(p, comm, w.data(), p.dense ? w.data() : nullptr);
     took.push_back(since(t0));
     if (rc != sparrowSuccess) {
       fprintf(stderr, "root step %d: %s\n", s, sparrowGetLastError(comm));
@@ -124,7 +134,25 @@ void hit(sparrowComm_t comm, const Plan& p, std::vector<uint16_t>& buf) {
   if (p.fault == Fault::kKillBetweenSteps) raise(SIGKILL);
   if (p.fault == Fault::kStop) raise(SIGSTOP);
   if (p.fault != Fault::kKillMidStep) return;
-  sparrowSparseBcastStage(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
+  if (p.dense) {
+    // Killed by a thread of its own while it forwards the step's segments to its child: the progress
+    // counts the current operation (the last step's whole size until this call begins, then from 0).
+    // Should the thread miss the moment, it kills once the call is over.
+    unsigned long long last = 0;
+    sparrowCommGetProgress(comm, nullptr, &last, nullptr);
+    std::thread([comm, last] {
+      for (bool began = false;;) {
+        unsigned long long sent = 0;
+        int in_call = 0;
+        sparrowCommGetProgress(comm, nullptr, &sent, &in_call);
+        began = began || in_call;
+        if ((sent >= (256u << 10) && sent + (256u << 10) < last) || (began && !in_call)) raise(SIGKILL);
+        std::this_thread::yield();
+      }
+    }).detach();
+    return;
+  }
+  sparrowSparseBcastStage(nullptr, buf.data(), p.count, sparrowBfloat16, 0, comm, nullptr);
   for (unsigned long long got = 0; got == 0;) {
     sparrowCommGetProgress(comm, &got, nullptr, nullptr);
     std::this_thread::yield();
@@ -138,15 +166,15 @@ void hit(sparrowComm_t comm, const Plan& p, std::vector<uint16_t>& buf) {
 int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
   sparrowComm_t comm = open_comm(id, rank, p.n);
   if (!comm) return 3;
-  std::vector<uint16_t> buf(kCount, 0);
+  std::vector<uint16_t> buf(p.count, 0);
   for (int s = 0; s < (p.rejoin ? kMaxSteps : p.steps); ++s) {
     if (rank == p.victim && s == p.fault_step) hit(comm, p, buf);
     auto t0 = std::chrono::steady_clock::now();
-    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr);
+    sparrowResult_t rc = step_call(p, comm, nullptr, buf.data());
     const double t = since(t0);
-    if (rc == sparrowSuccess && buf == weights(s)) continue;
+    if (rc == sparrowSuccess && buf == weights(s, p.count)) continue;
     fprintf(stderr, "rank %d step %d: %s (%.2f s)\n", rank, s, sparrowGetLastError(comm), t);
-    const bool intact = buf == (s > 0 ? weights(s - 1) : std::vector<uint16_t>(kCount, 0));
+    const bool intact = buf == (s > 0 ? weights(s - 1, p.count) : std::vector<uint16_t>(p.count, 0));
     // With a joiner the root runs until everyone is back: its going away ends the others' loops.
     if (p.rejoin && rc == sparrowPeerLost && intact && s > p.fault_step + kAfterJoin) return 0;
     if (rc == sparrowPeerLost && t < kLeaseMs / 1000.0 + 1 && intact) return 100 + s;
@@ -173,7 +201,7 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
   }
   int mine = -1;
   if (sparrowCommUserRank(comm, &mine) != sparrowSuccess || mine != p.victim) return 28;
-  std::vector<uint16_t> buf(kCount, 0);
+  std::vector<uint16_t> buf = p.joiner_keeps ? weights(p.fault_step - 1) : std::vector<uint16_t>(kCount, 0);
   int s0 = -1;
   for (int k = 0; k <= kAfterJoin; ++k) {
     if (sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr) != sparrowSuccess) {
@@ -190,6 +218,13 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
       if (p.seeder >= 0 && !(seeded > 4 * rooted)) {
         fprintf(stderr, "joiner: %lld bytes from rank %d, %lld from the root\n", seeded, p.seeder, rooted);
         return 27;
+      }
+      // Kept its weights: a catch-up by the deltas since, not a snapshot.
+      sparrowStats st;
+      if (p.joiner_keeps && (sparrowCommGetStats(comm, &st) != sparrowSuccess || st.catchUps != 1 || st.resyncs != 1)) {
+        fprintf(stderr, "joiner: %llu catch-up(s) of %llu resync(s), %lld bytes from the root\n", st.catchUps,
+                st.resyncs, rooted);
+        return 26;
       }
     } else if (buf != weights(s0 + k)) {
       return 30 + k;
@@ -213,6 +248,7 @@ Outcome run(const Plan& p) {
   setenv("SPARROW_ALGO", p.algo, 1);
   setenv("SPARROW_TIMEOUT_S", "30", 1);
   setenv("SPARROW_CHUNK_ELEMS", "65536", 1);  // 16 parts per step: a death can land between them
+  setenv("SPARROW_SEGMENT_BYTES", "65536", 1);  // 32 dense segments per step, likewise
   sparrow::params::clear_overrides();
   signal(SIGPIPE, SIG_IGN);  // a rank that died early must not take the test down with it
   int out[2], hold[2];
@@ -311,7 +347,8 @@ Outcome run(const Plan& p) {
   }
   close(out[0]);
   close(hold[1]);
-  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TIMEOUT_S", "SPARROW_CHUNK_ELEMS"}) unsetenv(v);
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TIMEOUT_S", "SPARROW_CHUNK_ELEMS", "SPARROW_SEGMENT_BYTES"})
+    unsetenv(v);
   sparrow::params::clear_overrides();
   return o;
 }
@@ -481,6 +518,23 @@ TEST(Elastic, NewProcessAsksForAnyFreeSlotAndGetsTheDeadRanks) {
   EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 
+// A restarted worker that kept its weights (its buffer holds the version the dead rank had) joins:
+// the root recognises that version by the digests the joiner sends and catches it up by the retained
+// deltas since, not a full snapshot.
+TEST(Elastic, JoinerThatKeptItsWeightsCatchesUpByDeltas) {
+  Plan p;
+  p.victim = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  p.rejoin = true;
+  p.joiner_keeps = true;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.joiner_exit, 0) << "26: its first step was a snapshot; 29: the join failed; 30 + k: call k";
+  EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
 // A joiner in a region with a member that holds the version gets its first, full version from that
 // member, not across the WAN from the root (regions a,a,b,b: rank 2 seeds the joiner of slot 3).
 TEST(Elastic, JoinerGetsItsFullVersionFromAMemberOfItsRegion) {
@@ -503,6 +557,62 @@ TEST(Elastic, JoinerGetsItsFullVersionFromAMemberOfItsRegion) {
 // holding the last version bit for bit.
 TEST(Elastic, RootDeathReachesEveryReceiverWithItsBufferIntact) {
   Plan p;
+  p.algo = "chain";
+  p.fault = Fault::kRootDies;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], -SIGKILL);
+  for (int r = 1; r < p.n; ++r) EXPECT_EQ(o.exit[size_t(r)], 100 + p.fault_step) << "rank " << r;
+}
+
+// Dense broadcasts (sparrowBroadcast) on an elastic communicator: a leaf dies between steps; every
+// later step reaches the members left, bit-exact (they failed with sparrowInvalidUsage once a member
+// had been dropped).
+TEST(ElasticDense, DeadLeafIsDroppedAndTheOthersSucceed) {
+  Plan p;
+  p.dense = true;
+  p.victim = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  expect_only_the_victim_lost(run(p), p, -SIGKILL);
+}
+
+// On a chain 0 -> 1 -> 2 -> 3 the relay rank 1 dies once part of a dense step arrived: rank 2
+// re-attaches to the root and takes the segments from the one it waited for on.
+TEST(ElasticDense, RelayDyingMidStepIsReplacedByTheRoot) {
+  Plan p;
+  p.dense = true;
+  p.count = 4 << 20;  // 8 MiB, 128 segments: the relay dies while it forwards them
+  p.algo = "chain";
+  p.victim = 1;
+  p.fault = Fault::kKillMidStep;
+  expect_only_the_victim_lost(run(p), p, -SIGKILL);
+}
+
+// The relay stops before a dense step: its child re-attaches once its patience runs out, the root
+// drops the relay within the lease, the step costs about one lease; resumed, the relay is told it is
+// out, its buffer as it was.
+TEST(ElasticDense, StalledRelayIsDroppedWithinTheLease) {
+  Plan p;
+  p.dense = true;
+  p.algo = "chain";
+  p.victim = 1;
+  p.fault = Fault::kStop;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0);
+  EXPECT_EQ(o.exit[2], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.members, all_but(p.n, 1));
+  const double lease = kLeaseMs / 1000.0;
+  ASSERT_GT(o.took[size_t(p.fault_step)], 0);
+  EXPECT_LT(o.took[size_t(p.fault_step)], lease * 1.5 + 1) << "the affected step took more than the lease";
+  EXPECT_GE(o.exit[1], 100 + p.fault_step) << "exit " << o.exit[1];
+  EXPECT_LT(o.exit[1], 100 + p.steps) << "exit " << o.exit[1];
+}
+
+// The root dies between two dense steps: every receiver returns sparrowPeerLost within the lease,
+// its buffer holding the last step bit for bit (segments land in staging, not in the buffer).
+TEST(ElasticDense, RootDeathLeavesEveryBufferIntact) {
+  Plan p;
+  p.dense = true;
   p.algo = "chain";
   p.fault = Fault::kRootDies;
   Outcome o = run(p);

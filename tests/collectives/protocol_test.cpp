@@ -82,6 +82,15 @@ TEST(Protocol, JoinRequestWelcomeAndReattachRoundTrip) {
   EXPECT_EQ(r.value(), 7u);
   EXPECT_FALSE(decode_reattach(reattach_request(0)).ok()) << "part 0 (the header) is never re-sent";
   EXPECT_FALSE(decode_reattach({1, 2, 3}).ok());
+  for (const std::vector<uint64_t>& d : {std::vector<uint64_t>{}, std::vector<uint64_t>{1, ~0ull, 42}}) {
+    auto h = decode_holds(holds_message(d));
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    EXPECT_EQ(h.value(), d);
+  }
+  const auto hm = holds_message({7, 8});
+  for (size_t n = 0; n < hm.size(); ++n)
+    EXPECT_FALSE(decode_holds(std::vector<uint8_t>(hm.begin(), hm.begin() + long(n))).ok()) << n;
+  EXPECT_FALSE(decode_holds(reattach_request(3)).ok());
 }
 
 TEST(Protocol, AckCarriesStatusResyncAndVersion) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -91,6 +92,29 @@ TEST_F(RetainTest, ChainsLeadFromEveryRetainedVersionToTheNewest) {
   EXPECT_FALSE(is_chain_message(*(*c)[0]));
   rs.clear();
   EXPECT_FALSE(rs.chain(3, 6));
+}
+
+// A joiner names what its buffers hold by their content digests: each retained base version is
+// found by its own, and nothing else is.
+TEST_F(RetainTest, VersionsAreFoundByTheirContentDigests) {
+  ASSERT_TRUE(params::set_override("RETAIN_STEPS", "3").ok());
+  Steps s;
+  RetainedSteps rs;
+  ASSERT_TRUE(s.enc.adopt(s.src(), 1).ok());
+  std::map<uint64_t, std::vector<uint64_t>> held;  // version -> the digests of its contents
+  for (int v = 2; v <= 5; ++v) {
+    held[uint64_t(v - 1)] = kernels::cpu::content_digests(s.layout, s.src());
+    ASSERT_TRUE(rs.add(s.next()).ok());
+  }
+  held[5] = kernels::cpu::content_digests(s.layout, s.src());
+  EXPECT_EQ(held[5], s.enc.digests()) << "content_digests agrees with the encoder's";
+  EXPECT_EQ(rs.version_with(held[1]), 0u) << "version 1's delta was dropped";
+  for (uint64_t v : {2, 3, 4}) EXPECT_EQ(rs.version_with(held[v]), v);
+  EXPECT_EQ(rs.version_with(held[5]), 0u) << "the newest version is no delta's base yet";
+  auto other = held[3];
+  other[1] ^= 1;
+  EXPECT_EQ(rs.version_with(other), 0u);
+  EXPECT_EQ(rs.version_with({}), 0u);
 }
 
 TEST_F(RetainTest, StepFilesAndAnchorsOnDisk) {

@@ -4,7 +4,6 @@
 // buffer set, everyone's acknowledgement and the verdict. It does not wait for a delta's
 // acknowledgements: they are drained at the next call.
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <mutex>
 
@@ -103,7 +102,7 @@ Status stream_checkpoint(const OpWire& w, RootState& rs, const std::vector<const
                   out.children().size());
     out.send(sub, m);
     std::lock_guard<std::mutex> lk(mu);
-    if (parts) (*parts)[sub] = m;
+    if (parts) (*parts)[sub] = transport::Payload{m->data(), m->size(), m};
     if (kept) kept->push_back(std::move(m));  // the header first, the footer last: emitted in that order
   };
   kernels::cpu::EncodeOptions eo;
@@ -167,6 +166,30 @@ Status send_resyncs(Engine& e, const OpWire& w, RootState& rs, const std::vector
   return Status::Ok();
 }
 
+// Elastic: the joiners of this operation that get their resync from the root tell it the digests of
+// the buffers they hold (sent once they had the header, so normally here by now; each waited for at
+// most half the lease); one whose buffers hold a retained version catches up from it (a restarted
+// worker that kept its weights) instead of taking a full snapshot.
+void take_declared_versions(Engine& e, const OpWire& w, const SparseOp& op, const RootState& rs,
+                            std::map<int, uint64_t>& resync) {
+  const auto until = std::min(w.deadline, transport::deadline_in(e.comm.lease_s() / 2));
+  for (int r : op.joined) {
+    auto it = resync.find(r);
+    if (it == resync.end() || it->second != 0) continue;
+    auto m = w.recv(r, kHoldsSub, until);
+    auto d = m.ok() ? decode_holds(m.value()) : Result<std::vector<uint64_t>>(m.status());
+    if (!d.ok()) {
+      SPARROW_INFO("operation %llu: no digests from joiner rank %d (%s): a full snapshot", (unsigned long long)op.seq, r,
+                   d.status().message().c_str());
+      continue;
+    }
+    it->second = d->empty() ? 0 : rs.retained.version_with(d.value());
+    if (it->second)
+      SPARROW_INFO("operation %llu: joiner rank %d holds retained version %llu", (unsigned long long)op.seq, r,
+                   (unsigned long long)it->second);
+  }
+}
+
 // `members`: an elastic operation's (null otherwise).
 OpHeader sparse_header(const std::vector<BufferArg>& bufs, int root, bool full, const std::map<int, uint64_t>& resync,
                        const std::vector<int>* members) {
@@ -178,14 +201,6 @@ OpHeader sparse_header(const std::vector<BufferArg>& bufs, int root, bool full, 
   for (auto [r, holds] : resync) h.resync.push_back(r);
   if (members) h.members.assign(members->begin(), members->end());
   return h;
-}
-
-// The ranks of `members` but `me`.
-std::vector<int> others_among(const std::vector<int>& members, int me) {
-  std::vector<int> v;
-  for (int r : members)
-    if (r != me) v.push_back(r);
-  return v;
 }
 
 // After the stream: the step joins the retained chain; an anchor when one is due.
@@ -216,29 +231,6 @@ void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::En
   st.apply_s = 0;
   st.total_s = now_s() - t0;
   log_step(e, "sparse_bcast");
-}
-
-// The end of an elastic operation: every member's acknowledgement (or its drop), re-attaches served
-// meanwhile; on the first operation on a buffer set, the verdict to those who acknowledged.
-Status finish_elastic(Engine& e, const OpWire& w, const SparseOp& op, RootState& rs, bool full, const Parts& parts,
-                      OpState& state) {
-  std::vector<int> acked;
-  const std::vector<int> expected = others_among(op.members, e.rank());
-  Status agree = collect_acks(e, w, op.key, expected, parts, &acked);
-  if (!full) return agree;
-  const Status verdict = verdict_for_others(agree);
-  if (!verdict.ok()) rs.enc->reset();  // arguments differ: the next call is a full snapshot again
-  state.advance(Phase::kVerdict);
-  // Ranks dropped meanwhile that still run (a stalled one, resumed) wait for the verdict too: theirs
-  // says they are out.
-  std::vector<int> gone;
-  std::set_difference(expected.begin(), expected.end(), acked.begin(), acked.end(), std::back_inserter(gone));
-  if (!gone.empty())
-    (void)send_verdict(w, gone, Status(Code::kPeerLost, "dropped from the elastic communicator by the root during "
-                                                        "this operation (it died, stalled past the lease, or lost "
-                                                        "its connection)"));
-  SPARROW_RETURN_IF_ERROR(send_verdict(w, acked, verdict));
-  return agree;
 }
 
 }  // namespace
@@ -292,6 +284,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
     for (auto [r, holds] : rs.need_resync) resync[r] = holds;
   }
   rs.need_resync.clear();
+  if (elastic && !full) take_declared_versions(e, w, op, rs, resync);
   SPARROW_RETURN_IF_ERROR(send_resyncs(e, w, rs, src, op.dense, base, resync));
   // The root's own receive buffer gets the data too (not in place).
   for (auto& b : bufs)
@@ -299,7 +292,10 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
       SPARROW_RETURN_IF_ERROR(kernels::copy_any(b.recv, b.send, b.count * format::dtype_size(uint8_t(b.dtype))));
   state.advance(Phase::kAck);
   if (elastic) {
-    Status end = finish_elastic(e, w, op, rs, full, parts, state);
+    // Every member's acknowledgement or its drop; on the first operation on a buffer set, the verdict.
+    Status end = finish_elastic(e, w, op.key, op.members, parts, full, nullptr);
+    if (full && !verdict_for_others(end).ok()) rs.enc->reset();  // arguments differ: a full snapshot again
+    if (full) state.advance(Phase::kVerdict);
     if (result.ok()) result = end;
   }
   const std::vector<int> others = other_ranks(e);

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "format/bits.h"
 #include "format/checkpoint.h"
+#include "kernels/device.h"
 
 namespace sparrow::coll {
 namespace {
@@ -55,21 +56,6 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob, cons
   return sess.prepare(rest);
 }
 
-// How long an elastic rank waits for a part from a parent that is not the root before it re-attaches:
-// a share of half the lease growing with its depth, so that when a relay stalls, its child re-attaches
-// (and forwards again) before the grandchildren's patience runs out, and every re-attach happens well
-// within the root's lease for the re-attaching rank.
-double reattach_patience(const topology::Tree& t, int me, double lease_s) {
-  auto depth = [&](int r) {
-    int d = 0;
-    for (; r >= 0 && t.parent[size_t(r)] >= 0 && d <= int(t.parent.size()); r = t.parent[size_t(r)]) ++d;
-    return d;
-  };
-  int deepest = 1;
-  for (size_t r = 0; r < t.parent.size(); ++r) deepest = std::max(deepest, depth(int(r)));
-  return lease_s / 2 * double(depth(me)) / double(deepest);
-}
-
 }  // namespace
 
 SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op)
@@ -111,18 +97,8 @@ Phase SparseSink::step() {
 // An elastic operation's header comes from the root itself and names the members: this rank's place
 // in the tree over them, or that it is not one of them any more.
 Result<Frame> SparseSink::elastic_header() {
-  SPARROW_ASSIGN_OR_RETURN(auto m, relay_.wire().recv(root_, 0));
-  Frame f = share(std::move(m));
+  SPARROW_ASSIGN_OR_RETURN(Frame f, coll::elastic_header(e_, relay_.wire(), root_, &dropped_));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
-  if (!(h.flags & kOpElastic))
-    return Error(Code::kInvalidUsage, "rank " + std::to_string(root_) + " runs this communicator as a fixed one");
-  apply_membership(e_, h);
-  if (!e_.members.is_live(e_.rank())) {
-    dropped_ = true;
-    return Error(Code::kPeerLost, "rank " + std::to_string(e_.rank()) + " is no longer a member of this elastic "
-                 "communicator: the root dropped it (it died, stalled past the lease, or lost its connection); "
-                 "its buffers are as they were");
-  }
   op_.members.assign(h.members.begin(), h.members.end());
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
   relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
@@ -154,7 +130,35 @@ Phase SparseSink::on_header() {
   }
   for (auto& b : bufs_) dst_.push_back(b.recv);
   if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
+  if (resync_ && seeder_ < 0 && e_.joined_at == op_.seq) declare_holdings();
   return Phase::kStream;
+}
+
+// A joiner's first operation brings it a resync from the root, which waits for the digests of what
+// its buffers hold (empty: nothing usable, a full snapshot), to send the retained deltas from that
+// version if it is one. Sent always, so that the root never waits for it in vain.
+void SparseSink::declare_holdings() {
+  bool host = result_.ok();
+  for (void* p : dst_) host = host && !kernels::is_device(kernels::device_ops(), p);
+  if (host) declared_ = kernels::cpu::content_digests(op_.layout, std::vector<const void*>(dst_.begin(), dst_.end()));
+  Status s = relay_.wire().send({root_}, kHoldsSub, share(holds_message(declared_)));
+  if (!s.ok()) SPARROW_INFO("rank %d could not tell the root what it holds: %s", e_.rank(), s.to_string().c_str());
+}
+
+// A joiner that declared its digests and gets a catch-up chain: its buffers hold the chain's base
+// version (the root found them among its retained versions); the session checks that against the
+// buffers' contents before anything is written.
+Status SparseSink::adopt_declared(const Frame& chain) {
+  SPARROW_ASSIGN_OR_RETURN(auto links, decode_chain_message(*chain));
+  std::span<const uint8_t> first = links.empty() ? std::span<const uint8_t>(*held_.front()) : links.front();
+  size_t used = 0;
+  SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(first, &used));
+  rv_->st = {};
+  rv_->st.version = h.base_version;
+  rv_->st.digests = declared_;
+  SPARROW_INFO("rank %d (joining) catches up from version %llu, which its buffers hold", e_.rank(),
+               (unsigned long long)h.base_version);
+  return Status::Ok();
 }
 
 // Sub 1.. (checkpoint header, chunks, footer): each forwarded at once and handed to the decoder.
@@ -208,6 +212,8 @@ Status SparseSink::accept_resync() {
                                                             : std::string("waiting for the resync from the root"));
   Frame blob = share(std::move(m.value()));
   resync_bytes_ += blob->size();
+  if (!declared_.empty() && rv_->st.version == 0 && is_chain_message(*blob) && !held_.empty())
+    SPARROW_RETURN_IF_ERROR(adopt_declared(blob));
   sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
   if (seeder_ < 0) return is_chain_message(*blob) ? catch_up(blob) : feed_checkpoint(*sess_, blob);
   // A seeder's snapshot must be this very step: the version and resulting digests of the root's own

@@ -52,6 +52,8 @@ class SparseSink {
   Phase on_verdict();
   Phase on_flush();
   Status accept_resync();
+  void declare_holdings();
+  Status adopt_declared(const Frame& chain);
   Status catch_up(const Frame& chain);
   void send_seeds();
   void record_stats(const kernels::cpu::ApplyStats& as, const Status& result);
@@ -76,6 +78,7 @@ class SparseSink {
   bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
+  std::vector<uint64_t> declared_;  // a joiner: the digests of its buffers it told the root
 };
 
 }  // namespace sparrow::coll

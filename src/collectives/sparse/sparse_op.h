@@ -16,6 +16,7 @@ struct SparseOp {
   // Elastic: the members the tree is built over (the root's list; a receiver's comes with the header,
   // and so does its tree).
   std::vector<int> members;
+  std::vector<int> joined;  // elastic, the root: the ranks admitted at this operation
 };
 
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root);

@@ -88,6 +88,24 @@ Status DeltaEncoder::start_adopt(std::span<const void* const> base, uint64_t ver
   return Status::Ok();
 }
 
+std::vector<uint64_t> content_digests(const std::vector<TensorSpec>& layout, std::span<const void* const> bufs,
+                                      int threads) {
+  const int th = threads > 0 ? threads : kernel_threads();
+  std::vector<uint64_t> out(layout.size(), 0);
+  for (size_t t = 0; t < layout.size() && t < bufs.size(); ++t) {
+    const uint8_t* p = static_cast<const uint8_t*>(bufs[t]);
+    const uint32_t es = layout[t].elem_size();
+    const uint64_t n = layout[t].count, per = uint64_t(1) << 16;
+    std::vector<uint64_t> part(size_t((n + per - 1) / per), 0);
+    parallel_for(part.size(), th, [&](size_t b, int) {
+      const uint64_t first = b * per, cnt = std::min(per, n - first);
+      part[b] = format::digest_range(uint32_t(t), p + first * es, first, cnt, es);
+    });
+    for (uint64_t d : part) out[t] += d;
+  }
+  return out;
+}
+
 Status DeltaEncoder::adopt(std::span<const void* const> base, uint64_t version, int threads) {
   SPARROW_RETURN_IF_ERROR(start_adopt(base, version));
   const int th = threads > 0 ? threads : kernel_threads();

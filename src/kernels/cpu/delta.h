@@ -31,6 +31,11 @@ struct TensorSpec {
 // SPARROW_CHUNK_ELEMS: elements per chunk (the unit of extraction, encoding, verification).
 uint32_t default_chunk_elems();
 
+// The content digest (format/digest.h) of each tensor of host buffers `bufs` laid out as `layout`
+// (one read of them, on `threads` threads; 0: SPARROW_THREADS / all cores).
+std::vector<uint64_t> content_digests(const std::vector<TensorSpec>& layout, std::span<const void* const> bufs,
+                                      int threads = 0);
+
 struct EncodeOptions {
   uint32_t chunk_elems = 0;     // 0: SPARROW_CHUNK_ELEMS
   int threads = 0;              // 0: SPARROW_THREADS / all cores
