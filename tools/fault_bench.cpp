@@ -6,6 +6,8 @@
 // torn buffers (a failed call that left neither the old nor the new version) and survivors that missed
 // a step, and reports the root's time for the affected step against a normal one. After half of the
 // kills a replacement process joins the dead rank's slot and must get bit-exact steps from then on.
+// --dense: every step a dense sparrowBroadcast of the whole buffer instead (no replacements: only a
+// sparse broadcast admits them).
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,8 +35,14 @@ struct Options {
   int runs = 20, ranks = 8, regions = 4, steps = 20, lease_ms = 1500;
   uint64_t seed = 1, elems = 1 << 20;
   std::string algo = "region_tree";
-  bool json = false;
+  bool json = false, dense = false;
 };
+
+// One step's call (the root's buffer is its send and receive buffer).
+sparrowResult_t step_call(const Options& o, sparrowComm_t comm, const uint16_t* send, uint16_t* recv, size_t n) {
+  if (o.dense) return sparrowBroadcast(send ? send : recv, recv ? recv : const_cast<uint16_t*>(send), n, sparrowBfloat16, 0, comm, nullptr);
+  return sparrowSparseBcast(send, recv, n, sparrowBfloat16, 0, comm, nullptr);
+}
 
 enum class Fault { kKill, kStop };
 
@@ -85,7 +93,7 @@ int root_rank(int id_fd, const Options& o, int out, int hold) {
     if (s > 0) w.step(s);
     int64_t rec[2] = {s, now_ns()};
     if (write(out, rec, sizeof rec) < 0) return kInit;
-    sparrowResult_t rc = sparrowSparseBcast(w.w.data(), nullptr, w.w.size(), sparrowBfloat16, 0, comm, nullptr);
+    sparrowResult_t rc = step_call(o, comm, w.w.data(), nullptr, w.w.size());
     rec[1] = -(now_ns() - rec[1]);
     if (write(out, rec, sizeof rec) < 0) return kInit;
     if (rc != sparrowSuccess) {
@@ -107,7 +115,7 @@ int receiver_rank(int id_fd, const Options& o, int rank) {
   std::vector<uint16_t> buf(o.elems, 0), old = buf;
   for (int s = 0; s < o.steps; ++s) {
     if (s > 0) w.step(s);
-    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, comm, nullptr);
+    sparrowResult_t rc = step_call(o, comm, nullptr, buf.data(), buf.size());
     if (rc == sparrowSuccess && buf == w.w) {
       old = buf;
       continue;
@@ -299,7 +307,7 @@ double percentile(std::vector<double> v, double p) {
 
 void usage() {
   printf("usage: %s [--runs 20] [--seed 1] [--ranks 8] [--regions 4] [--steps 20] [--elems 1M]\n"
-         "          [--lease-ms 1500] [--algo region_tree] [--json]\n"
+         "          [--lease-ms 1500] [--algo region_tree] [--dense] [--json]\n"
          "Randomized faults on an elastic communicator of forked processes over loopback: per run, one\n"
          "random receiver (relay or leaf) is SIGKILLed or SIGSTOPped at a random moment of a random step;\n"
          "after half of the kills a new process joins the dead rank's slot (sparrowCommJoin).\n"
@@ -313,6 +321,8 @@ void usage() {
          "  --elems SIZE   bf16 elements per step, 1K..256M (default 1M; 1%% change per step)\n"
          "  --lease-ms N   the communicator's lease, 100..600000 (default 1500)\n"
          "  --algo NAME    tree: flat, chain, binomial, region_tree, auto (default region_tree)\n"
+         "  --dense        every step a dense sparrowBroadcast of the whole buffer (no replacements join:\n"
+         "                 only sparrowSparseBcast admits them)\n"
          "  --json         one JSON object\n",
          kProg);
 }
@@ -322,6 +332,7 @@ Options parse(int argc, char** argv) {
   static option longopts[] = {{"runs", 1, 0, 'r'},  {"seed", 1, 0, 's'},     {"ranks", 1, 0, 'n'},
                               {"regions", 1, 0, 'g'}, {"steps", 1, 0, 't'},  {"elems", 1, 0, 'e'},
                               {"lease-ms", 1, 0, 'l'}, {"algo", 1, 0, 'a'},  {"json", 0, 0, 'j'},
+                              {"dense", 0, 0, 'd'},
                               {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1;) {
@@ -335,6 +346,7 @@ Options parse(int argc, char** argv) {
       case 'l': o.lease_ms = int(sparrow::args::integer(kProg, "--lease-ms", optarg, 100, 600000)); break;
       case 'a': o.algo = sparrow::args::choice(kProg, "--algo", optarg, {"flat", "chain", "binomial", "region_tree", "auto"}); break;
       case 'j': o.json = true; break;
+      case 'd': o.dense = true; break;
       case 'h': usage(); exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
     }
@@ -352,7 +364,7 @@ Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   p.step = 2 + int(rng() % uint64_t(o.steps - 4));
   p.fault = rng() % 2 ? Fault::kKill : Fault::kStop;
   p.delay_us = int(rng() % uint64_t(std::max(1000.0, 2e6 * normal_s)));
-  p.rejoin = p.fault == Fault::kKill && rng() % 2;
+  p.rejoin = p.fault == Fault::kKill && rng() % 2 && !o.dense;
   return p;
 }
 
@@ -396,20 +408,20 @@ void report(const Options& o, const Tally& t) {
                amax = percentile(t.affected, 1.0);
   if (o.json) {
     printf("{\"runs\":%d,\"seed\":%llu,\"ranks\":%d,\"regions\":%d,\"steps\":%d,\"elems\":%llu,\"lease_ms\":%d,"
-           "\"algo\":\"%s\",\"kills\":%d,\"stops\":%d,\"hangs\":%d,\"wrong_bits\":%d,\"torn\":%d,"
+           "\"algo\":\"%s\",\"dense\":%s,\"kills\":%d,\"stops\":%d,\"hangs\":%d,\"wrong_bits\":%d,\"torn\":%d,"
            "\"survivors_missed_a_step\":%d,\"root_failed\":%d,\"joins\":%d,\"joined\":%d,\"join_failed\":%d,\"normal_step_s\":{\"p50\":%.4f,\"p90\":%.4f},"
            "\"affected_step_s\":{\"n\":%zu,\"p50\":%.4f,\"p90\":%.4f,\"max\":%.4f},"
            "\"affected_by_sigkill_s\":{\"p50\":%.4f,\"max\":%.4f},\"affected_by_sigstop_s\":{\"p50\":%.4f,\"max\":%.4f}}\n",
            t.runs, (unsigned long long)o.seed, o.ranks, o.regions, o.steps, (unsigned long long)o.elems, o.lease_ms,
-           o.algo.c_str(), t.kills, t.stops, t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed, t.joins,
+           o.algo.c_str(), o.dense ? "true" : "false", t.kills, t.stops, t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed, t.joins,
            t.joined, t.join_failed, n50,
            percentile(t.normal, 0.9), t.affected.size(), a50, a90, amax, percentile(t.affected_kill, 0.5),
            percentile(t.affected_kill, 1.0), percentile(t.affected_stop, 0.5), percentile(t.affected_stop, 1.0));
     return;
   }
-  printf("%s: %d runs (%d SIGKILL, %d SIGSTOP), %d ranks in %d regions, %d steps of %llu bf16, lease %d ms, %s\n",
-         kProg, t.runs, t.kills, t.stops, o.ranks, o.regions, o.steps, (unsigned long long)o.elems, o.lease_ms,
-         o.algo.c_str());
+  printf("%s: %d runs (%d SIGKILL, %d SIGSTOP), %d ranks in %d regions, %d %s steps of %llu bf16, lease %d ms, %s\n",
+         kProg, t.runs, t.kills, t.stops, o.ranks, o.regions, o.steps, o.dense ? "dense" : "sparse",
+         (unsigned long long)o.elems, o.lease_ms, o.algo.c_str());
   printf("  hangs %d, wrong bits %d, torn buffers %d, survivors that missed a step %d, root calls failed %d\n",
          t.hangs, t.wrong_bits, t.torn, t.survivors_missed, t.root_failed);
   printf("  replacements joining a killed rank's slot: %d, took part bit-exact %d, not admitted before the end %d\n",
@@ -430,6 +442,7 @@ int main(int argc, char** argv) {
   setenv("SPARROW_PROBE_MS", "50", 0);
   setenv("SPARROW_TIMEOUT_S", "30", 0);
   setenv("SPARROW_CHUNK_ELEMS", "65536", 0);  // many parts per step: a death can land between them
+  setenv("SPARROW_SEGMENT_BYTES", "65536", 0);  // and many dense segments
   setenv("SPARROW_ALGO", o.algo.c_str(), 1);
   std::mt19937_64 rng(o.seed);
   Tally t;
