@@ -60,6 +60,7 @@ struct Opts {
   std::string impl = "sparrow", model, scenario;
   bool stage = false;  // receivers stage each step and commit it once ready (commit timed apart)
   bool progress = false;
+  bool elastic = false;  // an elastic communicator (sparrowConfig_t.elastic)
   int64_t layers = 1, vocab = 2048;
 };
 
@@ -194,7 +195,7 @@ int main(int argc, char** argv) {
   o.sparse = self.find("sparse") != std::string::npos;
   static option longopts[] = {{"impl", 1, 0, 'I'}, {"stage", 0, 0, 'G'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
                               {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'}, {"progress", 0, 0, 'P'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
-                              {"density", 1, 0, 'D'}, {0, 0, 0, 0}};
+                              {"density", 1, 0, 'D'}, {"elastic", 0, 0, 'E'}, {0, 0, 0, 0}};
   const char* prog = o.sparse ? "sparse_bcast_perf" : "broadcast_perf";
   bool got_e = false;
   opterr = 0;  // our own one-line messages
@@ -220,11 +221,12 @@ int main(int argc, char** argv) {
       case 'V': o.vocab = args::integer(prog, "--vocab", optarg, 1, 1 << 24); break;
       case 'J': o.json = true; break;
       case 'P': o.progress = true; break;
+      case 'E': o.elastic = true; break;
       case 'S': o.scenario = optarg; break;
       case 'h':
         printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
                "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
-               "          [--scenario FILE] [--json] [--stage] [--progress]\n"
+               "          [--scenario FILE] [--json] [--stage] [--progress] [--elastic]\n"
                "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
                "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
                "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
@@ -236,12 +238,15 @@ int main(int argc, char** argv) {
                "                  peer, CPU seconds) under \"per_rank\", the last step's time and when each rank\n"
                "                  returned (finish_s)\n"
                "  --progress      every rank prints a line each second while it is inside a collective\n"
+               "  --elastic       an elastic communicator (members may be dropped; its root waits for every\n"
+               "                  acknowledgement, and dense receivers stage each broadcast before writing it)\n"
                "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
                argv[0]);
         return 0;
       default: args::unknown(prog, argv[optind - 1]);
     }
   }
+  if (o.elastic && o.impl == "mpi") args::bad(prog, "--elastic", "mpi", "a sparrow --impl (MPI_Bcast has no elastic form)");
   if (!got_e && o.minb > o.maxb) o.maxb = o.minb;  // -b alone: one size
   if (o.minb > o.maxb) args::bad(prog, "-e", std::to_string(o.maxb).c_str(), "a size >= -b (" + std::to_string(o.minb) + ")");
   if (!o.scenario.empty() && access(o.scenario.c_str(), R_OK) != 0)
@@ -268,9 +273,11 @@ int main(int argc, char** argv) {
     sparrowUniqueId id;
     if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    sparrowResult_t rc = sparrowCommInitRank(&comm, n, id, rank);
+    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+    cfg.elastic = o.elastic ? 1 : 0;
+    sparrowResult_t rc = sparrowCommInitRankConfig(&comm, n, id, rank, &cfg);
     if (rc != sparrowSuccess) {
-      fprintf(stderr, "rank %d: sparrowCommInitRank: %s\n", rank, sparrowGetLastError(nullptr));
+      fprintf(stderr, "rank %d: sparrowCommInitRankConfig: %s\n", rank, sparrowGetLastError(nullptr));
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
@@ -459,6 +466,7 @@ int main(int argc, char** argv) {
                  csum / o.iters / t);
         else
           printf("%s", line);
+        if (o.elastic) printf(", \"elastic\": true");
         std::string fin;  // the last step: when each rank returned, after the root's start
         for (size_t r = 0; r < finish.size(); ++r) fin += (r ? "," : "") + std::to_string(finish[r]);
         printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"cpu_bound\": %s, "

@@ -18,6 +18,7 @@ struct Awaited {
   int rank;
   Clock::time_point until;  // dropped if silent until then
   bool reattached = false;
+  uint32_t beats = 0;  // heartbeats taken (each renews the lease)
 };
 
 // The parts from `from` on, to `r` (its re-attach request).
@@ -51,6 +52,10 @@ bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const
   if (ack.status().code() != Code::kTimeout) {
     drop_member(e, a.rank, w.seq, ack.status().message());
     return true;
+  }
+  while (a.beats < (1u << 24) && w.recv(a.rank, kBeatSub + a.beats, now).ok()) {
+    a.beats++;
+    a.until = transport::deadline_in(e.comm.lease_s());
   }
   if (!a.reattached) {
     auto rq = w.recv(a.rank, kReattachSub, now);
@@ -251,7 +256,12 @@ Status finish_elastic(Engine& e, const OpWire& w, const BufferKey& key, const st
     (void)send_verdict(w, gone, Status(Code::kPeerLost, "dropped from the elastic communicator by the root during "
                                                         "this operation (it died, stalled past the lease, or lost "
                                                         "its connection)"));
-  SPARROW_RETURN_IF_ERROR(send_verdict(w, acked, verdict_for_others(agree)));
+  // A member that acknowledged and died since is dropped, not the root's failure.
+  const Status told = verdict_for_others(agree);
+  for (int r : acked) {
+    Status sent = send_verdict(w, {r}, told);
+    if (!sent.ok() && e.members.is_live(r)) drop_member(e, r, w.seq, "its verdict could not be sent: " + sent.message());
+  }
   return agree;
 }
 

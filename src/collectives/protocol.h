@@ -16,6 +16,9 @@
 //                  sends it the parts from the one named on (same keys), and it forwards them as before
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
+//   kBeatSub + k   rank -> root (elastic): "still receiving", every quarter lease while parts arrive,
+//                  so that an operation longer than the lease (a large dense broadcast on a slow link)
+//                  does not get its members dropped; one byte
 //   kHoldsSub      joiner -> root (elastic, its first sparse operation): the content digests of its
 //                  receive buffers; the root looks for the retained version they are and sends the
 //                  deltas from it as its resync, else a full snapshot
@@ -46,6 +49,8 @@ inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vect
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
                    kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u,
                    kHoldsSub = 0xfffffff6u;
+// Elastic: a rank's k-th heartbeat to the root during a long operation is sub kBeatSub + k (k < 2^24).
+constexpr uint32_t kBeatSub = 0xe0000000u;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank

@@ -115,6 +115,19 @@ Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
   return w_.recv(parent_, sub, part_deadline());
 }
 
+// A part arrived: every quarter lease, the root hears that this rank is still receiving (it renews
+// the rank's lease), so a long operation whose parts keep coming does not get it dropped.
+void Relay::beat() {
+  if (root_ < 0 || lease_s_ <= 0) return;
+  const auto now = transport::Clock::now();
+  if (now < next_beat_) return;
+  const bool first = next_beat_ == transport::Clock::time_point{};
+  next_beat_ = transport::deadline_in(lease_s_ / 4);
+  if (first || beats_ >= (1u << 24)) return;  // the lease runs from the root's last part anyway
+  if (!w_.send({root_}, kBeatSub + beats_, share({uint8_t(1)})).ok()) return;
+  ++beats_;
+}
+
 Result<Frame> Relay::next(uint32_t sub) {
   auto m = receive(sub);
   if (!m.ok()) return pass_down(sub, m.status());
@@ -122,6 +135,7 @@ Result<Frame> Relay::next(uint32_t sub) {
   out_.send(sub, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) bytes_ += f->size();
+  beat();
   SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
                 (unsigned long long)w_.seq, sub, f->size(), parent_, out_.children().size());
   return f;
@@ -145,6 +159,7 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   }
   out_.send_borrowed(sub, dst, n);
   bytes_ += n;
+  beat();
   return Status::Ok();
 }
 

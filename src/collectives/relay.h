@@ -99,6 +99,10 @@ class Relay {
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
   double lease_s_ = 0, patience_s_ = 0;
   bool reattached_ = false;
+  // Elastic: the heartbeats sent to the root, and when the next is due (a part arrived since).
+  uint32_t beats_ = 0;
+  transport::Clock::time_point next_beat_{};
+  void beat();
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
 };

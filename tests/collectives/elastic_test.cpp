@@ -24,6 +24,7 @@
 #include "sparrow/sparrow.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
+#include "transport/loopback/loopback.h"
 
 namespace {
 
@@ -682,6 +683,61 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
 // joiner's attempt straddled the drop of the slot's member) must not hold the root up: a welcome over
 // that slot would wait for the missing streams, a lease, while the members wait for their step. The
 // root leaves the request until the slot is whole; the step costs what a step costs.
+// A dense broadcast that lasts several leases (8 MiB in 64 KiB segments along a chain over the
+// in-process transport, every frame delivered 20 ms late; lease 600 ms): the members keep telling the root they are
+// receiving, so nobody is dropped and every rank gets it bit-exact. (Without the heartbeats the root
+// dropped every member a lease after it had queued the data.)
+TEST(ElasticThreads, DenseBroadcastLongerThanTheLeaseDropsNobody) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "chain", 1);
+  setenv("SPARROW_TRANSPORT", "loopback", 1);
+  setenv("SPARROW_SEGMENT_BYTES", "65536", 1);
+  sparrow::params::clear_overrides();
+  const int n = 4, lease_ms = 600;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c(n, nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = lease_ms;
+      EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
+    });
+  for (auto& t : ts) t.join();
+  ts.clear();
+  for (int r = 1; r < n; ++r) {
+    sparrow::transport::LoopbackFaults slow;
+    slow.delay_us = 20000;
+    ASSERT_TRUE(sparrow::transport::set_loopback_faults(sparrow::comm_impl(c[size_t(r)])->net().address(), slow));
+  }
+  const size_t count = size_t(4) << 20;  // bf16: 8 MiB
+  std::vector<uint16_t> src(count);
+  for (size_t i = 0; i < count; ++i) src[i] = uint16_t(i * 2654435761u >> 7);
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(count, 0));
+  std::vector<sparrowResult_t> rc(n);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      rc[size_t(r)] = sparrowBroadcast(src.data(), r ? dst[size_t(r)].data() : src.data(), count, sparrowBfloat16, 0,
+                                       c[size_t(r)], nullptr);
+    });
+  for (auto& t : ts) t.join();
+  const double took = since(t0);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r;
+  for (int r = 1; r < n; ++r) EXPECT_TRUE(dst[size_t(r)] == src) << "rank " << r;
+  int live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(nlive, n);
+  EXPECT_GT(took, 2 * lease_ms / 1000.0) << "the broadcast must outlast the lease for this test to mean anything";
+  for (int r = 1; r < n; ++r)
+    sparrow::transport::set_loopback_faults(sparrow::comm_impl(c[size_t(r)])->net().address(), {});
+  for (int r = 0; r < n; ++r) sparrowCommDestroy(c[size_t(r)]);
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TRANSPORT", "SPARROW_SEGMENT_BYTES"}) unsetenv(v);
+  sparrow::params::clear_overrides();
+}
+
 TEST(ElasticThreads, JoinRequestOverPartOfTheStreamsDoesNotHoldTheRootUp) {
   setenv("SPARROW_PROBE_MS", "20", 1);
   setenv("SPARROW_ALGO", "flat", 1);
