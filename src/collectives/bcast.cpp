@@ -18,6 +18,7 @@ Status no_stage_pending(Engine& e) {
 }
 
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root) {
+  e.dense_staging.clear();  // a run of dense broadcasts (a first version) is over
   SparseOp op;
   op.seq = e.comm.next_seq();
   e.comm.net().begin_traffic(op.seq, op.seq);

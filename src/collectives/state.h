@@ -18,6 +18,7 @@
 #include "collectives/protocol.h"
 #include "collectives/retain.h"
 #include "comm/comm.h"
+#include "core/big_alloc.h"
 #include "kernels/cpu/delta.h"
 #include "topology/tree.h"
 
@@ -72,6 +73,9 @@ class Engine {
   Members members;  // elastic communicators: who is still in (all ranks otherwise)
   std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
   uint64_t joined_at = 0;      // a joiner: its first operation (sparrowCommJoin), 0 otherwise
+  // Elastic dense broadcasts: the host staging of a receiver, per buffer of the group, kept from one
+  // call to the next (its pages are faulted in once) and freed by the next sparse operation.
+  std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> dense_staging;
   DecodeWorker decoder;
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   // (Declared after the decoder: destroyed first, since its receive uses it.)

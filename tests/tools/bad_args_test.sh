@@ -55,6 +55,7 @@ check "-D/--density '2'" "$bin/sparse_bcast_perf" -D 2
 check "--impl 'nccl'" "$bin/sparse_bcast_perf" --impl nccl
 check "-d 'bf8'" "$bin/broadcast_perf" -d bf8
 check "unknown option" "$bin/broadcast_perf" --what
+check "--elastic 'mpi'" "$bin/broadcast_perf" --elastic --impl mpi
 check "takes no arguments" "$bin/sparrow-hello" --bogus
 check "--fault 'meteor'" "$bin/failover_perf" --fault meteor
 check "unknown kind 'explode'" "$bin/wanemu" fault explode eu

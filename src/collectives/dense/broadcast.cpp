@@ -224,13 +224,16 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
                        reattach_patience(op.tree, me, e.comm.lease_s()));
   relay.preconnect(transport::deadline_in(e.comm.lease_s()));
   // All or nothing: the segments land in host staging (forwarded from there), and the receive
-  // buffers are written only once the root's verdict says every member agreed. A failure (the root
-  // died, this rank was dropped meanwhile) leaves them as they were.
+  // buffers are written only once every segment arrived (while the root collects the others'
+  // acknowledgements). A failure before that (the root died, this rank was dropped meanwhile)
+  // leaves them as they were.
   const size_t seg = h.segment ? h.segment : size_t(kSegment.get());
-  std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> staging(h.bufs.size());
+  auto& staging = e.dense_staging;
+  staging.resize(h.bufs.size());
   Status got;
   for (size_t k = 0, sub = 1; k < h.bufs.size() && got.ok(); ++k) {
-    staging[k].resize(bytes_of(h.bufs[k]));
+    if (staging[k].capacity() < bytes_of(h.bufs[k])) decltype(e.dense_staging)::value_type().swap(staging[k]);
+    staging[k].resize(bytes_of(h.bufs[k]));  // (growing a vector would copy what it held)
     got = receive_segments(relay, staging[k].data(), staging[k].size(), seg, uint32_t(sub));
     sub += segments(staging[k].size(), seg);
   }
@@ -240,12 +243,11 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
     return got;
   }
   SPARROW_RETURN_IF_ERROR(w.send({root}, kAckSub, share(Ack{op.result}.encode())));
+  for (size_t k = 0; k < staging.size() && op.result.ok(); ++k)
+    if (!staging[k].empty()) op.result = kernels::copy_any(bufs[k].recv, staging[k].data(), staging[k].size());
   Status verdict = recv_verdict(w, root);
   SPARROW_RETURN_IF_ERROR(op.result);
-  SPARROW_RETURN_IF_ERROR(verdict);
-  for (size_t k = 0; k < bufs.size(); ++k)
-    if (!staging[k].empty()) SPARROW_RETURN_IF_ERROR(kernels::copy_any(bufs[k].recv, staging[k].data(), staging[k].size()));
-  return Status::Ok();
+  return verdict;
 }
 
 // An elastic communicator's broadcast: one operation for the group.
