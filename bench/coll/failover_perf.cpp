@@ -12,6 +12,7 @@
 // a worker dies) and joins again at once as a new communicator (sparrowCommJoin, any free slot), as
 // a restarted worker would; the root prints where the joiner's first, full version came from (bytes
 // per peer: the root across the WAN, or a member of its own region).
+// --dense: every step a dense sparrowBroadcast of the whole buffer instead of a sparse step.
 #include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
@@ -41,6 +42,7 @@ struct Opts {
   std::string fault = "sigstop";
   uint64_t bytes = 64 << 20;
   double density = 0.01;
+  bool dense = false;
 };
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -49,7 +51,7 @@ Opts parse(int argc, char** argv) {
   Opts o;
   static option longopts[] = {{"steps", 1, 0, 'n'},      {"stall-step", 1, 0, 's'}, {"stall-rank", 1, 0, 'r'},
                               {"stall-ms", 1, 0, 'm'},   {"lease-ms", 1, 0, 'l'},   {"help", 0, 0, 'h'},
-                              {"fault", 1, 0, 'f'},
+                              {"fault", 1, 0, 'f'},      {"dense", 0, 0, 'd'},
                               {0, 0, 0, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "b:D:h", longopts, nullptr)) != -1;) {
@@ -67,9 +69,10 @@ Opts parse(int argc, char** argv) {
             o.fault != "rejoin")
           sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition, partition-region or rejoin");
         break;
+      case 'd': o.dense = true; break;
       case 'h':
         printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
-               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin]\n"
+               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin] [--dense]\n"
                "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
                "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
                "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
@@ -83,7 +86,9 @@ Opts parse(int argc, char** argv) {
                "                   (its communicator aborted) and joins again at once with sparrowCommJoin;\n"
                "                   (the root waits one lease before the next step, as a training step would);\n"
                "                   the output shows the bytes its first, full version took from each peer\n"
-               "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison)\n",
+               "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison)\n"
+               "  --dense          every step a dense sparrowBroadcast of the whole buffer (not with rejoin:\n"
+               "                   only a sparse broadcast admits a joiner)\n",
                kProg);
         exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
@@ -92,6 +97,7 @@ Opts parse(int argc, char** argv) {
   if (o.stall_step > o.steps - 2)
     sparrow::args::bad(kProg, "--stall-step", std::to_string(o.stall_step).c_str(), "at most --steps - 2");
   if (o.stall_ms == 0) o.stall_ms = 3 * o.lease_ms;
+  if (o.dense && o.fault == "rejoin") sparrow::args::bad(kProg, "--fault", "rejoin", "another fault with --dense (only a sparse broadcast admits a joiner)");
   return o;
 }
 
@@ -225,8 +231,8 @@ struct Report {
                : o.fault == "stall"       ? "its host's packets held"
                : o.fault == "partition"   ? "its host cut off"
                                           : "its region cut off");
-    printf("# failover_perf: %d ranks, %llu bytes per step, lease %d ms; rank %d (region %s) %s\n", n,
-           (unsigned long long)o.bytes, o.lease_ms, victim, region[size_t(victim)].c_str(), what);
+    printf("# failover_perf: %d ranks, %llu bytes per %s step, lease %d ms; rank %d (region %s) %s\n", n,
+           (unsigned long long)o.bytes, o.dense ? "dense" : "sparse", o.lease_ms, victim, region[size_t(victim)].c_str(), what);
     printf("# step");
     for (auto& [g, k] : regions) printf(" %12s", g.c_str());
     printf("   (ms from the root's call to the region's last return)\n");
@@ -344,7 +350,8 @@ int main(int argc, char** argv) {
     // syncs), so that its join request is there when that step admits it.
     if (rank == 0 && o.fault == "rejoin" && s == o.stall_step + 1) usleep(useconds_t(o.lease_ms) * 1000);
     t0[size_t(s)] = now();
-    rc[size_t(s)] = sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
+    rc[size_t(s)] = o.dense ? sparrowBroadcast(buf.data(), buf.data(), count, sparrowBfloat16, 0, comm, nullptr)
+                            : sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
     done[size_t(s)] = now();
     if (rank == 0)  // progress, to stderr: the table comes at the end
       fprintf(stderr, "%s: step %d of %d done in %.1f ms\n", kProg, s + 1, o.steps, (done[size_t(s)] - t0[size_t(s)]) * 1e3);

@@ -83,13 +83,22 @@ long long received_from(sparrowComm_t comm, int peer) {
 }
 constexpr int kAfterJoin = 3, kMaxSteps = 400;
 
-sparrowComm_t open_comm(const sparrowUniqueId& id, int rank, int n) {
+sparrowComm_t open_comm(const sparrowUniqueId& id, int rank, int n, int lease_ms = kLeaseMs) {
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
   cfg.elastic = 1;
-  cfg.leaseMs = kLeaseMs;
+  cfg.leaseMs = lease_ms;
   sparrowComm_t comm = nullptr;
   if (sparrowCommInitRankConfig(&comm, n, id, rank, &cfg) != sparrowSuccess) return nullptr;
   return comm;
+}
+
+// Ranks as threads of this process: every rank's communicator (null where its init failed).
+std::vector<sparrowComm_t> open_threads(const sparrowUniqueId& id, int n, int lease_ms) {
+  std::vector<sparrowComm_t> c(size_t(n), nullptr);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) ts.emplace_back([&, r] { c[size_t(r)] = open_comm(id, r, n, lease_ms); });
+  for (auto& t : ts) t.join();
+  return c;
 }
 
 // The root: every step must succeed (unless the plan kills it); then it writes each step's seconds
@@ -455,12 +464,19 @@ TEST(Elastic, RelayDyingMidStepIsReplacedByTheRoot) {
 // The relay stops (SIGSTOP) before a step: its child re-attaches once its patience runs out, the root
 // drops the relay when its lease runs out, and that step costs the root about one lease, no more.
 // Resumed later, the dropped rank is told it is out (sparrowPeerLost), its buffer as it was.
-TEST(Elastic, StalledRelayIsDroppedWithinTheLeaseAndLearnsItLater) {
+// Chain 0 -> 1 -> 2 -> 3, relay 1 stopped at the fault step and resumed once the root is done.
+Plan stalled_relay(bool dense) {
   Plan p;
+  p.dense = dense;
   p.algo = "chain";
   p.victim = 1;
   p.fault = Fault::kStop;
-  Outcome o = run(p);
+  return p;
+}
+
+// The others got every step; the affected step cost the root about one lease; the relay, resumed,
+// was told it is out (its stopped step arrived before the drop was known, or failed).
+void expect_stalled_relay_dropped(const Outcome& o, const Plan& p) {
   EXPECT_EQ(o.exit[0], 0);
   EXPECT_EQ(o.exit[2], 0);
   EXPECT_EQ(o.exit[3], 0);
@@ -468,10 +484,15 @@ TEST(Elastic, StalledRelayIsDroppedWithinTheLeaseAndLearnsItLater) {
   const double lease = kLeaseMs / 1000.0;
   ASSERT_GT(o.took[size_t(p.fault_step)], 0);
   EXPECT_LT(o.took[size_t(p.fault_step)], lease * 1.5 + 1) << "the affected step took more than the lease";
-  for (int s = p.fault_step + 1; s < p.steps; ++s) EXPECT_LT(o.took[size_t(s)], lease / 2) << "step " << s;
-  // Its stopped step arrived before the drop was known (or failed); a later call says it is out.
   EXPECT_GE(o.exit[1], 100 + p.fault_step) << "exit " << o.exit[1];
   EXPECT_LT(o.exit[1], 100 + p.steps) << "exit " << o.exit[1];
+}
+
+TEST(Elastic, StalledRelayIsDroppedWithinTheLeaseAndLearnsItLater) {
+  const Plan p = stalled_relay(false);
+  Outcome o = run(p);
+  expect_stalled_relay_dropped(o, p);
+  for (int s = p.fault_step + 1; s < p.steps; ++s) EXPECT_LT(o.took[size_t(s)], kLeaseMs / 2000.0) << "step " << s;
 }
 
 // A leaf stalls in the first step, whose arguments every rank must agree on: the root drops it after
@@ -592,21 +613,8 @@ TEST(ElasticDense, RelayDyingMidStepIsReplacedByTheRoot) {
 // drops the relay within the lease, the step costs about one lease; resumed, the relay is told it is
 // out, its buffer as it was.
 TEST(ElasticDense, StalledRelayIsDroppedWithinTheLease) {
-  Plan p;
-  p.dense = true;
-  p.algo = "chain";
-  p.victim = 1;
-  p.fault = Fault::kStop;
-  Outcome o = run(p);
-  EXPECT_EQ(o.exit[0], 0);
-  EXPECT_EQ(o.exit[2], 0);
-  EXPECT_EQ(o.exit[3], 0);
-  EXPECT_EQ(o.members, all_but(p.n, 1));
-  const double lease = kLeaseMs / 1000.0;
-  ASSERT_GT(o.took[size_t(p.fault_step)], 0);
-  EXPECT_LT(o.took[size_t(p.fault_step)], lease * 1.5 + 1) << "the affected step took more than the lease";
-  EXPECT_GE(o.exit[1], 100 + p.fault_step) << "exit " << o.exit[1];
-  EXPECT_LT(o.exit[1], 100 + p.steps) << "exit " << o.exit[1];
+  const Plan p = stalled_relay(true);
+  expect_stalled_relay_dropped(run(p), p);
 }
 
 // The root dies between two dense steps: every receiver returns sparrowPeerLost within the lease,
@@ -634,17 +642,9 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
   const int n = 4;
   sparrowUniqueId id;
   ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-  std::vector<sparrowComm_t> c(n, nullptr);
+  std::vector<sparrowComm_t> c = open_threads(id, n, 2000);
+  for (auto x : c) ASSERT_NE(x, nullptr);
   std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-      cfg.elastic = 1;
-      cfg.leaseMs = 2000;
-      EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
-    });
-  for (auto& t : ts) t.join();
-  ts.clear();
   std::vector<uint16_t> src(1 << 16);
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i * 7);
   std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
@@ -696,17 +696,9 @@ TEST(ElasticThreads, DenseBroadcastLongerThanTheLeaseDropsNobody) {
   const int n = 4, lease_ms = 600;
   sparrowUniqueId id;
   ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-  std::vector<sparrowComm_t> c(n, nullptr);
+  std::vector<sparrowComm_t> c = open_threads(id, n, lease_ms);
+  for (auto x : c) ASSERT_NE(x, nullptr);
   std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-      cfg.elastic = 1;
-      cfg.leaseMs = lease_ms;
-      EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
-    });
-  for (auto& t : ts) t.join();
-  ts.clear();
   for (int r = 1; r < n; ++r) {
     sparrow::transport::LoopbackFaults slow;
     slow.delay_us = 20000;
@@ -746,13 +738,9 @@ TEST(ElasticThreads, JoinRequestOverPartOfTheStreamsDoesNotHoldTheRootUp) {
   const int n = 3;
   sparrowUniqueId id;
   ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-  std::vector<sparrowComm_t> c(n, nullptr);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] { c[size_t(r)] = open_comm(id, r, n); });
-  for (auto& t : ts) t.join();
-  ts.clear();
+  std::vector<sparrowComm_t> c = open_threads(id, n, kLeaseMs);
   for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<std::thread> ts;
   std::vector<uint16_t> src = weights(0);  // one buffer: its address keys the root's state
   auto next = [&](int step) {
     const auto w = weights(step);
