@@ -224,9 +224,8 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
                        reattach_patience(op.tree, me, e.comm.lease_s()));
   relay.preconnect(transport::deadline_in(e.comm.lease_s()));
   // All or nothing: the segments land in host staging (forwarded from there), and the receive
-  // buffers are written only once every segment arrived (while the root collects the others'
-  // acknowledgements). A failure before that (the root died, this rank was dropped meanwhile)
-  // leaves them as they were.
+  // buffers are written only once the root's verdict said every member agreed. A failed call (the
+  // root died, this rank was dropped meanwhile) leaves them as they were.
   const size_t seg = h.segment ? h.segment : size_t(kSegment.get());
   auto& staging = e.dense_staging;
   staging.resize(h.bufs.size());
@@ -243,11 +242,12 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
     return got;
   }
   SPARROW_RETURN_IF_ERROR(w.send({root}, kAckSub, share(Ack{op.result}.encode())));
-  for (size_t k = 0; k < staging.size() && op.result.ok(); ++k)
-    if (!staging[k].empty()) op.result = kernels::copy_any(bufs[k].recv, staging[k].data(), staging[k].size());
   Status verdict = recv_verdict(w, root);
   SPARROW_RETURN_IF_ERROR(op.result);
-  return verdict;
+  SPARROW_RETURN_IF_ERROR(verdict);
+  for (size_t k = 0; k < staging.size(); ++k)
+    if (!staging[k].empty()) SPARROW_RETURN_IF_ERROR(kernels::copy_any(bufs[k].recv, staging[k].data(), staging[k].size()));
+  return Status::Ok();
 }
 
 // An elastic communicator's broadcast: one operation for the group.
