@@ -276,6 +276,26 @@ double reattach_patience(const topology::Tree& t, int me, double lease_s) {
   return lease_s / 2 * double(depth(me)) / double(deepest);
 }
 
+Heartbeat::Heartbeat(const OpWire& w, int root, double lease_s) {
+  if (lease_s <= 0) return;
+  t_ = std::thread([this, w, root, period = std::chrono::duration<double>(lease_s / 4)] {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (uint32_t k = 0; k < (1u << 24); ++k) {
+      if (cv_.wait_for(lk, period, [&] { return stop_; })) return;
+      if (!w.send({root}, kBeatSub + k, share({uint8_t(1)})).ok()) return;  // the root is gone: nothing to tell
+    }
+  });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (t_.joinable()) t_.join();
+}
+
 Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped) {
   SPARROW_ASSIGN_OR_RETURN(auto m, w.recv(root, 0));
   Frame f = share(std::move(m));

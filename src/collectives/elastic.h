@@ -10,7 +10,10 @@
 // Receiver: Relay re-attaches (relay.h); the header comes from the root.
 #pragma once
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "collectives/state.h"
@@ -53,6 +56,24 @@ Status finish_elastic(Engine& e, const OpWire& w, const BufferKey& key, const st
 // re-attaches (and forwards again) before the grandchildren's patience runs out, and every re-attach
 // happens well within the root's lease for the re-attaching rank.
 double reattach_patience(const topology::Tree& t, int me, double lease_s);
+// An elastic receiver's heartbeats to the root while it is inside an operation: every quarter
+// lease, from a thread of its own, whatever the operation is waiting for (a parent that is slow to
+// fill the pipeline, the root's shared uplink), so that the root drops a member that stopped or
+// died, not one whose operation is long (1 GiB over a WAN link takes tens of seconds).
+class Heartbeat {
+ public:
+  Heartbeat(const OpWire& w, int root, double lease_s);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread t_;
+};
+
 // A receiver's first step in an elastic operation: the header, straight from the root. Applies its
 // membership; kPeerLost (and `*dropped`) when it says this rank is out.
 Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped);

@@ -95,7 +95,8 @@ void Relay::attach_elastic(int parent, std::vector<int> children, int root, doub
 
 transport::Deadline Relay::part_deadline() const {
   if (root_ < 0) return w_.deadline;
-  return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience_s_));
+  const double patience = got_part_ ? patience_s_ : patience_s_ + lease_s_ / 2;
+  return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience));
 }
 
 bool Relay::reattach(uint32_t sub, const Status& why) {
@@ -115,19 +116,6 @@ Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
   return w_.recv(parent_, sub, part_deadline());
 }
 
-// A part arrived: every quarter lease, the root hears that this rank is still receiving (it renews
-// the rank's lease), so a long operation whose parts keep coming does not get it dropped.
-void Relay::beat() {
-  if (root_ < 0 || lease_s_ <= 0) return;
-  const auto now = transport::Clock::now();
-  if (now < next_beat_) return;
-  const bool first = next_beat_ == transport::Clock::time_point{};
-  next_beat_ = transport::deadline_in(lease_s_ / 4);
-  if (first || beats_ >= (1u << 24)) return;  // the lease runs from the root's last part anyway
-  if (!w_.send({root_}, kBeatSub + beats_, share({uint8_t(1)})).ok()) return;
-  ++beats_;
-}
-
 Result<Frame> Relay::next(uint32_t sub) {
   auto m = receive(sub);
   if (!m.ok()) return pass_down(sub, m.status());
@@ -135,7 +123,7 @@ Result<Frame> Relay::next(uint32_t sub) {
   out_.send(sub, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) bytes_ += f->size();
-  beat();
+  if (sub != 0) got_part_ = true;
   SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
                 (unsigned long long)w_.seq, sub, f->size(), parent_, out_.children().size());
   return f;
@@ -159,7 +147,7 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   }
   out_.send_borrowed(sub, dst, n);
   bytes_ += n;
-  beat();
+  got_part_ = true;
   return Status::Ok();
 }
 

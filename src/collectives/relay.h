@@ -62,8 +62,9 @@ class Relay {
   Relay(const OpWire& w, int parent, std::vector<int> children) : w_(w), parent_(parent), out_(w, std::move(children)) {}
   // Elastic (before the first part): this rank's place in the tree the header named. A parent other
   // than the root that fails, or is silent for `patience_s` while a part is awaited, is replaced by the
-  // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The root
-  // itself is awaited at most `lease_s` per part.
+  // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The first
+  // payload part, which waits for the pipeline to fill along every hop above (a whole dense segment
+  // per hop), gets half a lease more. The root itself is awaited at most `lease_s` per part.
   void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s);
   void preconnect(transport::Deadline d) { out_.preconnect(d); }
   // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
@@ -99,10 +100,7 @@ class Relay {
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
   double lease_s_ = 0, patience_s_ = 0;
   bool reattached_ = false;
-  // Elastic: the heartbeats sent to the root, and when the next is due (a part arrived since).
-  uint32_t beats_ = 0;
-  transport::Clock::time_point next_beat_{};
-  void beat();
+  bool got_part_ = false;  // a payload part arrived (before: the pipeline is still filling)
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
 };

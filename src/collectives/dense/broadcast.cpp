@@ -210,6 +210,7 @@ Status elastic_root(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
 // and the verdict.
 Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, DenseOp& op) {
   const OpWire w = e.wire(op.seq);
+  Heartbeat alive(w, root, e.comm.lease_s());
   bool dropped = false;
   SPARROW_ASSIGN_OR_RETURN(Frame hf, elastic_header(e, w, root, &dropped));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hf));

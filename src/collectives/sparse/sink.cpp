@@ -71,7 +71,11 @@ Status SparseSink::receive() {
   if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
     SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
   rv_ = &receiver_state(e_, op_.key, op_.layout);
-  while (state_.phase() != Phase::kDone) state_.advance(step());
+  {
+    std::optional<Heartbeat> alive;  // elastic: the root hears from this rank while it is in the operation
+    if (e_.comm.elastic()) alive.emplace(relay_.wire(), root_, e_.comm.lease_s());
+    while (state_.phase() != Phase::kDone) state_.advance(step());
+  }
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
   if (!acked_ && !dropped_) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
