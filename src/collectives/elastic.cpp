@@ -42,6 +42,10 @@ Status serve_reattach(const OpWire& w, int r, uint32_t from, const Parts& parts,
 bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const Parts& parts,
              std::vector<int>* acked, Status* first, std::vector<transport::SendRequestPtr>* reqs) {
   const auto now = Clock::now();
+  while (a.beats < (1u << 24) && w.recv(a.rank, kBeatSub + a.beats, now).ok()) {  // (before the ack: none is left over)
+    a.beats++;
+    a.until = transport::deadline_in(e.comm.lease_s());
+  }
   auto ack = w.recv(a.rank, kAckSub, now);
   if (ack.ok()) {
     Status s = e.acks.take(ack.value(), a.rank, w.seq, key);
@@ -52,10 +56,6 @@ bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const
   if (ack.status().code() != Code::kTimeout) {
     drop_member(e, a.rank, w.seq, ack.status().message());
     return true;
-  }
-  while (a.beats < (1u << 24) && w.recv(a.rank, kBeatSub + a.beats, now).ok()) {
-    a.beats++;
-    a.until = transport::deadline_in(e.comm.lease_s());
   }
   if (!a.reattached) {
     auto rq = w.recv(a.rank, kReattachSub, now);
@@ -287,7 +287,7 @@ Heartbeat::Heartbeat(const OpWire& w, int root, double lease_s) {
   });
 }
 
-Heartbeat::~Heartbeat() {
+void Heartbeat::stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;

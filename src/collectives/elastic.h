@@ -63,7 +63,10 @@ double reattach_patience(const topology::Tree& t, int me, double lease_s);
 class Heartbeat {
  public:
   Heartbeat(const OpWire& w, int root, double lease_s);
-  ~Heartbeat();
+  ~Heartbeat() { stop(); }
+  // No more heartbeats (before the acknowledgement: the root stops listening for them then, and a
+  // late one would only sit in its mailbox).
+  void stop();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 

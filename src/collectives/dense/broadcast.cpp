@@ -238,6 +238,7 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
     sub += segments(staging[k].size(), seg);
   }
   relay.finish();
+  alive.stop();
   if (!got.ok()) {
     (void)w.send({root}, kAckSub, share(Ack{got}.encode()));  // best effort: the root may be gone
     return got;

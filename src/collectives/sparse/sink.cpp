@@ -71,11 +71,9 @@ Status SparseSink::receive() {
   if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
     SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
   rv_ = &receiver_state(e_, op_.key, op_.layout);
-  {
-    std::optional<Heartbeat> alive;  // elastic: the root hears from this rank while it is in the operation
-    if (e_.comm.elastic()) alive.emplace(relay_.wire(), root_, e_.comm.lease_s());
-    while (state_.phase() != Phase::kDone) state_.advance(step());
-  }
+  if (e_.comm.elastic()) alive_.emplace(relay_.wire(), root_, e_.comm.lease_s());
+  while (state_.phase() != Phase::kDone) state_.advance(step());
+  alive_.reset();
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
   if (!acked_ && !dropped_) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
@@ -284,6 +282,7 @@ Phase SparseSink::on_ack() {
                     "its next call on them brings " + (behind ? "the steps it missed" : "a full snapshot") +
                     " from rank " + std::to_string(root_));
   }
+  alive_.reset();  // acknowledged from here on: the root stops listening for heartbeats
   Status s = relay_.wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
   if (!s.ok()) {
     fatal_ = std::move(s);

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "collectives/elastic.h"
 #include "collectives/op.h"
 #include "collectives/relay.h"
 #include "collectives/sparse/sparse_op.h"
@@ -79,6 +80,7 @@ class SparseSink {
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
   std::vector<uint64_t> declared_;  // a joiner: the digests of its buffers it told the root
+  std::optional<Heartbeat> alive_;  // elastic: the root hears from this rank until it acknowledges
 };
 
 }  // namespace sparrow::coll
