@@ -16,8 +16,8 @@
 //                  sends it the parts from the one named on (same keys), and it forwards them as before
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
-//   kBeatSub + k   rank -> root (elastic): "alive", every quarter lease while the rank is inside an
-//                  operation, so that an operation longer than the lease (a large dense broadcast on
+//   kBeatSub + k   rank -> root (elastic): "alive", every quarter lease from the start of an operation
+//                  until the rank acknowledges it, so that an operation longer than the lease (a large dense broadcast on
 //                  a slow link) does not get its members dropped; one byte
 //   kHoldsSub      joiner -> root (elastic, its first sparse operation): the content digests of its
 //                  receive buffers; the root looks for the retained version they are and sends the
