@@ -206,8 +206,9 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, st
     return Status::Ok();
   }
   if (e.total != len) {
+    const uint64_t total = e.total;  // (e is gone with the erase)
     entries_.erase(it);
-    return Error(Code::kInvalidUsage, "message from " + peer_desc_ + " has " + std::to_string(e.total) +
+    return Error(Code::kInvalidUsage, "message from " + peer_desc_ + " has " + std::to_string(total) +
                                           " bytes, the receiver expected " + std::to_string(len));
   }
   if (!e.ext) memcpy(dst, e.own.data(), len);
