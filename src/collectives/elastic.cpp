@@ -296,7 +296,14 @@ void Heartbeat::stop() {
   if (t_.joinable()) t_.join();
 }
 
-Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped) {
+void stamp_elastic(const Engine& e, OpHeader& h, const std::vector<int>& members) {
+  h.flags |= kOpElastic;
+  h.members.assign(members.begin(), members.end());
+  h.moved.clear();
+  for (auto& [r, place] : e.moved) h.moved.push_back(place);
+}
+
+Result<ReceivedHeader> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped) {
   SPARROW_ASSIGN_OR_RETURN(auto m, w.recv(root, 0));
   Frame f = share(std::move(m));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
@@ -309,7 +316,7 @@ Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped
                  "communicator: the root dropped it (it died, stalled past the lease, or lost its connection); "
                  "its buffers are as they were");
   }
-  return f;
+  return ReceivedHeader{std::move(f), std::move(h)};
 }
 
 }  // namespace sparrow::coll

@@ -77,8 +77,17 @@ class Heartbeat {
   std::thread t_;
 };
 
+// The root's header of an elastic operation names the live members and where rejoined ones are now.
+void stamp_elastic(const Engine& e, OpHeader& h, const std::vector<int>& members);
+
+// An operation's header as it came (a relay forwards the frame) and decoded.
+struct ReceivedHeader {
+  Frame frame;
+  OpHeader h;
+};
+
 // A receiver's first step in an elastic operation: the header, straight from the root. Applies its
 // membership; kPeerLost (and `*dropped`) when it says this rank is out.
-Result<Frame> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped);
+Result<ReceivedHeader> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped);
 
 }  // namespace sparrow::coll

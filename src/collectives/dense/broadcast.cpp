@@ -90,7 +90,7 @@ Result<std::vector<DenseOp>> plan(Engine& e, const std::vector<BufferArg>& bufs,
   for (auto& b : bufs) {
     DenseOp op;
     op.seq = e.comm.next_seq();
-    op.bytes = b.count * format::dtype_size(uint8_t(b.dtype));
+    op.bytes = bytes_of(b);
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.bytes)));
     ops.push_back(std::move(op));
   }
@@ -133,7 +133,7 @@ Status sink_receive(Engine& e, const BufferArg& b, DenseOp& op, int root, Relay&
   SPARROW_ASSIGN_OR_RETURN(Frame hf, relay.next(0));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hf));
   op.result = check_header(h, kDense, {b}, root, e.rank());
-  const size_t bytes = h.bufs.empty() ? 0 : h.bufs[0].first * format::dtype_size(h.bufs[0].second);
+  const size_t bytes = h.bufs.empty() ? 0 : bytes_of(h.bufs[0]);
   const size_t seg = h.segment ? h.segment : size_t(kSegment.get());
   // On a mismatch the data still flows to the children (their calls may be right), through scratch.
   uint8_t* dst = static_cast<uint8_t*>(b.recv);
@@ -177,9 +177,7 @@ Status dense_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
 Status elastic_root(Engine& e, const std::vector<BufferArg>& bufs, int root, DenseOp& op, const std::vector<int>& members) {
   const OpWire w = e.wire(op.seq);
   OpHeader h = dense_header(bufs, root);
-  h.flags = kOpElastic;
-  h.members.assign(members.begin(), members.end());
-  for (auto& [r, place] : e.moved) h.moved.push_back(place);
+  stamp_elastic(e, h, members);
   send_header_to_all(e, w, share(h.encode()));
   Fanout out(w, op.tree.children[e.rank()]);
   out.preconnect(transport::deadline_in(e.comm.lease_s()));
@@ -212,8 +210,8 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
   const OpWire w = e.wire(op.seq);
   Heartbeat alive(w, root, e.comm.lease_s());
   bool dropped = false;
-  SPARROW_ASSIGN_OR_RETURN(Frame hf, elastic_header(e, w, root, &dropped));
-  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hf));
+  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got_header, elastic_header(e, w, root, &dropped));
+  const OpHeader& h = got_header.h;
   op.result = check_header(h, kDense, bufs, root, e.rank());
   const std::vector<int> members(h.members.begin(), h.members.end());
   op.bytes = 0;

@@ -191,15 +191,15 @@ void take_declared_versions(Engine& e, const OpWire& w, const SparseOp& op, cons
 }
 
 // `members`: an elastic operation's (null otherwise).
-OpHeader sparse_header(const std::vector<BufferArg>& bufs, int root, bool full, const std::map<int, uint64_t>& resync,
-                       const std::vector<int>* members) {
+OpHeader sparse_header(const Engine& e, const std::vector<BufferArg>& bufs, int root, bool full,
+                       const std::map<int, uint64_t>& resync, const std::vector<int>* members) {
   OpHeader h;
   h.kind = kSparse;
-  h.flags = uint8_t((full ? kOpFull : 0) | (members ? kOpElastic : 0));
+  h.flags = full ? kOpFull : 0;
   h.root = root;
   for (auto& b : bufs) h.bufs.push_back({b.count, uint8_t(b.dtype)});
   for (auto [r, holds] : resync) h.resync.push_back(r);
-  if (members) h.members.assign(members->begin(), members->end());
+  if (members) stamp_elastic(e, h, *members);
   return h;
 }
 
@@ -250,8 +250,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   std::erase_if(resync, [&](const auto& kv) { return !e.members.is_live(kv.first); });
   // A child lost on the way is dropped from this operation (its acknowledgement reports it).
   Fanout out(w, kids, false);
-  OpHeader hdr = sparse_header(bufs, root, full, resync, elastic ? &op.members : nullptr);
-  for (auto& [r, place] : e.moved) hdr.moved.push_back(place);
+  OpHeader hdr = sparse_header(e, bufs, root, full, resync, elastic ? &op.members : nullptr);
   if (elastic && !full) {
     choose_seeds(op, resync, &hdr.seeds);
     for (auto [r, from] : hdr.seeds) resync.erase(r);  // listed in the header; the seeder sends it

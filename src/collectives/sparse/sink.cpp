@@ -98,37 +98,40 @@ Phase SparseSink::step() {
 
 // An elastic operation's header comes from the root itself and names the members: this rank's place
 // in the tree over them, or that it is not one of them any more.
-Result<Frame> SparseSink::elastic_header() {
-  SPARROW_ASSIGN_OR_RETURN(Frame f, coll::elastic_header(e_, relay_.wire(), root_, &dropped_));
-  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
-  op_.members.assign(h.members.begin(), h.members.end());
+Result<ReceivedHeader> SparseSink::elastic_header() {
+  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, coll::elastic_header(e_, relay_.wire(), root_, &dropped_));
+  op_.members.assign(got.h.members.begin(), got.h.members.end());
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
   relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
                         reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()));
   relay_.preconnect(transport::deadline_in(e_.comm.lease_s()));
-  return f;
+  return got;
+}
+
+// A fixed communicator's header comes down the tree.
+Result<ReceivedHeader> SparseSink::header() {
+  if (e_.comm.elastic()) return elastic_header();
+  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_.next(0));
+  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
+  return ReceivedHeader{std::move(f), std::move(h)};
 }
 
 Phase SparseSink::on_header() {
-  auto hf = e_.comm.elastic() ? elastic_header() : relay_.next(0);
-  if (!hf.ok()) {
-    fatal_ = hf.status();
+  auto got = header();
+  if (!got.ok()) {
+    fatal_ = got.status();
     return Phase::kDone;
   }
-  auto h = OpHeader::decode(*hf.value());
-  if (!h.ok()) {
-    fatal_ = h.status();
-    return Phase::kDone;
-  }
-  result_ = check_header(h.value(), kSparse, bufs_, root_, e_.rank());
+  const OpHeader& h = got->h;
+  result_ = check_header(h, kSparse, bufs_, root_, e_.rank());
   // A rank that refused or failed the last operation gets a resync in this one (the root collects
   // that acknowledgement before it finishes sending); so does one the root lists in the header.
-  full_ = h->flags & kOpFull;  // the root sends a verdict on exactly these
-  const auto& listed = h->resync;
+  full_ = h.flags & kOpFull;  // the root sends a verdict on exactly these
+  const auto& listed = h.resync;
   resync_ = !full_ && (rv_->stale || std::find(listed.begin(), listed.end(), e_.rank()) != listed.end());
   if (result_.ok()) {
-    seeder_ = h->seeder_of(e_.rank());
-    seed_to_ = h->seeded_by(e_.rank());
+    seeder_ = h.seeder_of(e_.rank());
+    seed_to_ = h.seeded_by(e_.rank());
   }
   for (auto& b : bufs_) dst_.push_back(b.recv);
   if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);

@@ -46,7 +46,8 @@ class SparseSink {
   // or the acknowledgement could not travel) sets fatal_ and returns kDone.
   Phase step();
   Phase on_header();
-  Result<Frame> elastic_header();
+  Result<ReceivedHeader> elastic_header();
+  Result<ReceivedHeader> header();
   Phase on_stream();
   Phase on_accept();
   Phase on_ack();
