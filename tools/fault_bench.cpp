@@ -6,8 +6,7 @@
 // torn buffers (a failed call that left neither the old nor the new version) and survivors that missed
 // a step, and reports the root's time for the affected step against a normal one. After half of the
 // kills a replacement process joins the dead rank's slot and must get bit-exact steps from then on.
-// --dense: every step a dense sparrowBroadcast of the whole buffer instead (no replacements: only a
-// sparse broadcast admits them).
+// --dense: every step a dense sparrowBroadcast of the whole buffer instead.
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -144,7 +143,7 @@ int joiner_rank(int id_fd, int go, const Options& o, int slot) {
   int s = -1, got = 0;
   for (;;) {
     std::vector<uint16_t> old = buf;
-    sparrowResult_t rc = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, comm, nullptr);
+    sparrowResult_t rc = step_call(o, comm, nullptr, buf.data(), buf.size());
     if (rc != sparrowSuccess) return got ? (buf == old ? kOk : kTorn) : kJoinedNoStep;  // the root went away
     if (s < 0) {  // which step's whole version arrived
       for (s = 0; s < o.steps && buf != w.w; ++s) w.step(s + 1);
@@ -321,8 +320,7 @@ void usage() {
          "  --elems SIZE   bf16 elements per step, 1K..256M (default 1M; 1%% change per step)\n"
          "  --lease-ms N   the communicator's lease, 100..600000 (default 1500)\n"
          "  --algo NAME    tree: flat, chain, binomial, region_tree, auto (default region_tree)\n"
-         "  --dense        every step a dense sparrowBroadcast of the whole buffer (no replacements join:\n"
-         "                 only sparrowSparseBcast admits them)\n"
+         "  --dense        every step a dense sparrowBroadcast of the whole buffer\n"
          "  --json         one JSON object\n",
          kProg);
 }
@@ -364,7 +362,7 @@ Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   p.step = 2 + int(rng() % uint64_t(o.steps - 4));
   p.fault = rng() % 2 ? Fault::kKill : Fault::kStop;
   p.delay_us = int(rng() % uint64_t(std::max(1000.0, 2e6 * normal_s)));
-  p.rejoin = p.fault == Fault::kKill && rng() % 2 && !o.dense;
+  p.rejoin = p.fault == Fault::kKill && rng() % 2;
   return p;
 }
 

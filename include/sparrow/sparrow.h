@@ -115,15 +115,16 @@ sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparr
  * hands out to one joiner at a time, the lowest first; out: the slot taken). It looks the
  * communicator up at its rendezvous store (which, for an elastic communicator, serves for as long as
  * the process that called sparrowGetUniqueId runs), asks rank 0, and returns once rank 0 admitted it,
- * at rank 0's next sparrowSparseBcast (so rank 0 must be the sparse root). Call sparrowSparseBcast
- * right after: the joiner takes part from that operation on, which brings it a full snapshot of every
- * buffer set (later ones deltas), and the root's lease applies to it. A restarted worker whose receive
+ * at rank 0's next sparrowSparseBcast or sparrowBroadcast (so rank 0 must be the root). Make the same
+ * call right after: the joiner takes part from that operation on. A sparse one brings it a full
+ * snapshot of every buffer set (later ones deltas); a dense one is whole anyway. The root's lease
+ * applies to it. A restarted worker whose receive
  * buffers still hold a version the root retained (SPARROW_RETAIN_STEPS) gets the deltas since that
  * version instead of a snapshot: it tells the root its buffers' content digests, and the deltas are
  * applied only if the buffers hold that version bit for bit. config: NULL or elastic = 1
  * (leaseMs 0 or the communicator's). Errors: sparrowInvalidUsage (not elastic, a lease that differs),
  * sparrowInvalidArgument (bad slot), sparrowPeerLost (the slot is still held by a live member, or
- * rank 0 unreachable), sparrowTimeout (rank 0 made no sparse broadcast within SPARROW_TIMEOUT_S).
+ * rank 0 unreachable), sparrowTimeout (rank 0 made no broadcast within SPARROW_TIMEOUT_S).
  * With -1, sparrowInvalidUsage also when no slot freed within twice the lease (every rank is a live
  * member), and rank 0 must run in a process that can reach the store. Do not mix a named slot and
  * -1 for the same slot: two processes would compete for it. */

@@ -180,7 +180,7 @@ Status join(Engine& e) {
   }
   if (!m.ok())
     return std::move(m).take_status().context("rank " + std::to_string(e.rank()) + " asking rank 0 to admit it (at "
-                                              "rank 0's next sparse broadcast; is the slot still held by a live member?)");
+                                              "rank 0's next broadcast; is the slot still held by a live member?)");
   net.admitted();
   SPARROW_ASSIGN_OR_RETURN(Welcome w, Welcome::decode(m.value()));
   SPARROW_RETURN_IF_ERROR(w.status);

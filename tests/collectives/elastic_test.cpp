@@ -211,16 +211,16 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
   }
   int mine = -1;
   if (sparrowCommUserRank(comm, &mine) != sparrowSuccess || mine != p.victim) return 28;
-  std::vector<uint16_t> buf = p.joiner_keeps ? weights(p.fault_step - 1) : std::vector<uint16_t>(kCount, 0);
+  std::vector<uint16_t> buf = p.joiner_keeps ? weights(p.fault_step - 1, p.count) : std::vector<uint16_t>(p.count, 0);
   int s0 = -1;
   for (int k = 0; k <= kAfterJoin; ++k) {
-    if (sparrowSparseBcast(nullptr, buf.data(), kCount, sparrowBfloat16, 0, comm, nullptr) != sparrowSuccess) {
+    if (step_call(p, comm, nullptr, buf.data()) != sparrowSuccess) {
       fprintf(stderr, "joiner call %d: %s\n", k, sparrowGetLastError(comm));
       return 30 + k;
     }
     if (k == 0) {
       for (int s = p.fault_step; s < p.fault_step + 100 && s0 < 0; ++s)
-        if (buf == weights(s)) s0 = s;
+        if (buf == weights(s, p.count)) s0 = s;
       if (s0 < 0) return 30;  // not a whole version of any step
       // Seeded: the whole version came from the seeder; from the root at most this step's delta
       // (when the root is the joiner's parent), several times smaller.
@@ -236,7 +236,7 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
                 st.resyncs, rooted);
         return 26;
       }
-    } else if (buf != weights(s0 + k)) {
+    } else if (buf != weights(s0 + k, p.count)) {
       return 30 + k;
     }
   }
@@ -617,6 +617,23 @@ TEST(ElasticDense, RelayDyingMidStepIsReplacedByTheRoot) {
 TEST(ElasticDense, StalledRelayIsDroppedWithinTheLease) {
   const Plan p = stalled_relay(true);
   expect_stalled_relay_dropped(run(p), p);
+}
+
+// A leaf dies; a new process joins its slot and its first call is a dense broadcast: the root admits
+// it there (joiners were admitted only by sparse broadcasts), and it gets every step whole, bit-exact.
+TEST(ElasticDense, NewProcessJoinsTheSlotOfADeadRank) {
+  Plan p;
+  p.dense = true;
+  p.victim = 2;
+  p.fault = Fault::kKillBetweenSteps;
+  p.rejoin = true;
+  Outcome o = run(p);
+  EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded and the slot was taken again";
+  EXPECT_EQ(o.exit[2], -SIGKILL);
+  EXPECT_EQ(o.exit[1], 0);
+  EXPECT_EQ(o.exit[3], 0);
+  EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed; 30 + k: its call k failed or had other bits";
+  EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 
 // The root dies between two dense steps: every receiver returns sparrowPeerLost within the lease,

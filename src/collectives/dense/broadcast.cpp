@@ -6,7 +6,7 @@
 // Elastic communicators: a group is one operation over the live members (its segments numbered
 // across the buffers), whose header the root sends every rank itself; a rank whose parent fails
 // re-attaches to the root and takes the segments from the one it waited for on; a member silent past
-// the lease is dropped, and the others succeed (elastic.h).
+// the lease is dropped, and the others succeed; a process that asked to join is admitted (elastic.h).
 #include <algorithm>
 #include <memory>
 
@@ -257,6 +257,8 @@ Status elastic_broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root
   e.comm.net().begin_traffic(op.seq, op.seq);
   if (e.rank() != root) return elastic_sink(e, bufs, root, op);
   for (auto& b : bufs) op.bytes += bytes_of(b);
+  admit_joiners(e, op.seq);  // a joiner's first operation may be a dense one: it gets the whole data
+  publish_free_slots(e);
   const std::vector<int> members = e.members.live();
   SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.bytes), &members));
   Status s = elastic_root(e, bufs, root, op, members);
