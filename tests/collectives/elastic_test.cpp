@@ -506,21 +506,29 @@ TEST(Elastic, LeafStalledInTheFirstStepIsToldItIsOut) {
   expect_only_the_victim_lost(run(p), p, 100);  // 100: sparrowPeerLost at step 0, buffer untouched
 }
 
-// A leaf dies; a new process joins its slot (sparrowCommJoin) while the root goes on: its first step
-// brings it a whole version, the next ones deltas, bit-exact; the root lists every rank again and no
-// other rank missed a step.
-TEST(Elastic, NewProcessJoinsTheSlotOfADeadRank) {
+// Rank 2, a leaf, dies between steps; a new process joins its slot (sparrowCommJoin) while the root
+// goes on.
+Plan dead_leaf_replaced(bool dense) {
   Plan p;
+  p.dense = dense;
   p.victim = 2;
   p.fault = Fault::kKillBetweenSteps;
   p.rejoin = true;
-  Outcome o = run(p);
+  return p;
+}
+
+void expect_replaced(const Outcome& o, const Plan& p) {
   EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded and the slot was taken again";
-  EXPECT_EQ(o.exit[2], -SIGKILL);
-  EXPECT_EQ(o.exit[1], 0);
-  EXPECT_EQ(o.exit[3], 0);
+  for (int r = 1; r < p.n; ++r) EXPECT_EQ(o.exit[size_t(r)], r == p.victim ? -SIGKILL : 0) << "rank " << r;
   EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed; 30 + k: its call k failed or had other bits";
   EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
+// Its first step brings it a whole version, the next ones deltas, bit-exact; the root lists every rank
+// again and no other rank missed a step.
+TEST(Elastic, NewProcessJoinsTheSlotOfADeadRank) {
+  const Plan p = dead_leaf_replaced(false);
+  expect_replaced(run(p), p);
 }
 
 // The same with a joiner that names no slot (*rank = -1): the store gives it the one the root let go
@@ -622,18 +630,8 @@ TEST(ElasticDense, StalledRelayIsDroppedWithinTheLease) {
 // A leaf dies; a new process joins its slot and its first call is a dense broadcast: the root admits
 // it there (joiners were admitted only by sparse broadcasts), and it gets every step whole, bit-exact.
 TEST(ElasticDense, NewProcessJoinsTheSlotOfADeadRank) {
-  Plan p;
-  p.dense = true;
-  p.victim = 2;
-  p.fault = Fault::kKillBetweenSteps;
-  p.rejoin = true;
-  Outcome o = run(p);
-  EXPECT_EQ(o.exit[0], 0) << "the root's every call succeeded and the slot was taken again";
-  EXPECT_EQ(o.exit[2], -SIGKILL);
-  EXPECT_EQ(o.exit[1], 0);
-  EXPECT_EQ(o.exit[3], 0);
-  EXPECT_EQ(o.joiner_exit, 0) << "29: the join failed; 30 + k: its call k failed or had other bits";
-  EXPECT_EQ(o.members, all_but(p.n, -1));
+  const Plan p = dead_leaf_replaced(true);
+  expect_replaced(run(p), p);
 }
 
 // The root dies between two dense steps: every receiver returns sparrowPeerLost within the lease,
