@@ -260,7 +260,7 @@ class Communicator:
     a context manager that destroys it.
 
     elastic=True: a receiver that dies or stays silent past the lease (lease_ms; 0 = SPARROW_LEASE_MS)
-    is dropped and sparse_broadcast completes for the others (see members()). region: this rank's
+    is dropped and sparse_broadcast and broadcast complete for the others (see members()). region: this rank's
     region label (None: SPARROW_REGION or inferred)."""
 
     def __init__(self, nranks: int, uid: bytes, rank: int, elastic: bool = False, lease_ms: int = 0,
@@ -281,11 +281,11 @@ class Communicator:
              region: Optional[str] = None) -> "Communicator":
         """A new process joins a running elastic communicator (sparrowCommJoin) into the slot of a
         dropped member: `rank` names it (e.g. the rank a restarted worker had), None takes any free
-        one. Returns once rank 0 admitted it, at rank 0's next sparse_broadcast; call
-        sparse_broadcast right after: the first brings every buffer whole, later ones deltas.
+        one. Returns once rank 0 admitted it, at rank 0's next sparse_broadcast or broadcast; make
+        that same call right after: the first brings every buffer whole, later sparse ones deltas.
         lease_ms: 0 or the communicator's. The slot taken is .rank. Raises PeerLost if the slot is
         still held by a live member (after twice the lease), InvalidUsage if the communicator is not
-        elastic or no slot freed in time, Timeout if rank 0 made no sparse broadcast meanwhile."""
+        elastic or no slot freed in time, Timeout if rank 0 made no broadcast meanwhile."""
         if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or rank < 1):
             raise InvalidArgument(f"rank must be None (any free slot) or a slot >= 1, got {rank!r}", 4)
         if not isinstance(uid, (bytes, bytearray)) or len(uid) != UNIQUE_ID_BYTES:
