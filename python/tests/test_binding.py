@@ -381,10 +381,12 @@ def test_stage_ready_commit_keeps_the_old_version_readable(ranks):
             assert not res[r]["stage_pending"]
 
 
-def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas():
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas(dense):
     """Ranks as threads in an elastic communicator: rank 2 is aborted (its connections close, as when
     a worker dies), the root drops it, and a new communicator joins with rank=None: it gets slot 2,
-    its first sparse_broadcast brings the whole version, the next ones deltas, bit-exact."""
+    its first sparse_broadcast brings the whole version, the next ones deltas, bit-exact. Dense: every
+    call a broadcast (the root admits the joiner at one), every step whole."""
     import threading
     n, count = 3, 50000
     uid = sparrow.get_unique_id()
@@ -404,13 +406,16 @@ def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas():
 
     bufs = [torch.zeros(count, dtype=torch.bfloat16) for _ in range(n)]
 
+    def call(c, buf):
+        return c.broadcast(buf, root=0) if dense else c.sparse_broadcast(buf, root=0)
+
     def step(s, who):
         bufs[0].copy_(version(s))
         errs = []
 
         def one(r):
             try:
-                comms[r].sparse_broadcast(bufs[r], root=0)
+                call(comms[r], bufs[r])
             except sparrow.Error as e:
                 errs.append((r, e))
         th = [threading.Thread(target=one, args=(r,)) for r in who]
@@ -437,7 +442,7 @@ def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas():
             joined["comm"] = c
             buf = torch.zeros(count, dtype=torch.bfloat16)
             for _ in range(3):
-                c.sparse_broadcast(buf, root=0)
+                call(c, buf)
                 got.append(buf.clone())
         except sparrow.Error as e:
             joined["error"] = e
@@ -459,7 +464,7 @@ def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas():
     assert len(got) == 3
     for k, b in enumerate(got):
         assert torch.equal(b.view(torch.int16), version(first + k).view(torch.int16)), f"joiner call {k}"
-    assert c.stats()["full"] is False and comms[0].stats()["ops"] > 0
+    assert c.stats()["full"] is dense and comms[0].stats()["ops"] > 0
     for cc in [c, comms[0], comms[1]]:
         cc.destroy()
 
