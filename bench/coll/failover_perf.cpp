@@ -87,8 +87,8 @@ Opts parse(int argc, char** argv) {
                "                   (the root waits one lease before the next step, as a training step would);\n"
                "                   the output shows the bytes its first, full version took from each peer\n"
                "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison)\n"
-               "  --dense          every step a dense sparrowBroadcast of the whole buffer (not with rejoin:\n"
-               "                   only a sparse broadcast admits a joiner)\n",
+               "  --dense          every step a dense sparrowBroadcast of the whole buffer (with rejoin, the\n"
+               "                   joiner's first call is one too)\n",
                kProg);
         exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
@@ -97,7 +97,6 @@ Opts parse(int argc, char** argv) {
   if (o.stall_step > o.steps - 2)
     sparrow::args::bad(kProg, "--stall-step", std::to_string(o.stall_step).c_str(), "at most --steps - 2");
   if (o.stall_ms == 0) o.stall_ms = 3 * o.lease_ms;
-  if (o.dense && o.fault == "rejoin") sparrow::args::bad(kProg, "--fault", "rejoin", "another fault with --dense (only a sparse broadcast admits a joiner)");
   return o;
 }
 
@@ -174,7 +173,8 @@ Joined leave_and_rejoin(const Opts& o, const sparrowUniqueId& id, sparrowConfig_
   j.join_s = now() - tj;
   for (;;) {
     const double t = now();
-    const int r = sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr);
+    const int r = o.dense ? sparrowBroadcast(buf.data(), buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr)
+                          : sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr);
     if (r != sparrowSuccess) {
       fprintf(stderr, "%s: the joiner's call failed: %s\n", kProg, sparrowGetLastError(*comm));
       return j;

@@ -211,7 +211,8 @@ std::string name_key(const transport::MsgKey& k) {
     case kReattachSub: return "re-attach request of " + op;
     case kHoldsSub: return "joiner's digests in " + op;
     default:
-      if (k.sub >= kBeatSub && k.sub < kAckSub) return "heartbeat " + std::to_string(k.sub - kBeatSub) + " in " + op; return "part " + std::to_string(k.sub) + " of " + op;
+      if (k.sub >= kBeatSub && k.sub < kAckSub) return "heartbeat " + std::to_string(k.sub - kBeatSub) + " in " + op;
+      return "part " + std::to_string(k.sub) + " of " + op;
   }
 }
 

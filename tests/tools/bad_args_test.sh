@@ -58,7 +58,6 @@ check "unknown option" "$bin/broadcast_perf" --what
 check "--elastic 'mpi'" "$bin/broadcast_perf" --elastic --impl mpi
 check "takes no arguments" "$bin/sparrow-hello" --bogus
 check "--fault 'meteor'" "$bin/failover_perf" --fault meteor
-check "--fault 'rejoin'" "$bin/failover_perf" --dense --fault rejoin
 check "unknown kind 'explode'" "$bin/wanemu" fault explode eu
 check "stall needs --for" "$bin/wanemu" fault stall eu
 check "--for needs seconds" "$bin/wanemu" fault stop eu --for -1
