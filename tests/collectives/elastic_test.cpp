@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -691,6 +692,54 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
   ASSERT_EQ(sparrowCommGetMembers(c[3], live, 8, &nlive), sparrowSuccess);
   EXPECT_EQ(nlive, 3) << "a receiver learns the members from the header";
   for (int r : {0, 2, 3}) sparrowCommDestroy(c[size_t(r)]);
+  unsetenv("SPARROW_PROBE_MS");
+  unsetenv("SPARROW_ALGO");
+  sparrow::params::clear_overrides();
+}
+
+// Ranks as threads (ThreadSanitizer sees the admission inside a dense operation): rank 2 is aborted,
+// a joiner thread takes its slot while ranks 0 and 1 go on with dense broadcasts; the root admits it
+// at one of them, and from then on it gets every step bit-exact.
+TEST(ElasticThreads, DenseBroadcastAdmitsAJoinerIntoAnAbortedMembersSlot) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "flat", 1);
+  sparrow::params::clear_overrides();
+  const int n = 3;
+  const size_t count = 1 << 16;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c = open_threads(id, n, kLeaseMs);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  ASSERT_EQ(sparrowCommAbort(c[2]), sparrowSuccess);  // its connections close: the root drops it
+  c[2] = nullptr;
+  std::vector<uint16_t> src(count), dst(count, 0);
+  std::atomic<int> joiner_rc{-1};
+  std::vector<uint16_t> joiner_got(count, 0);
+  std::thread joiner([&] {
+    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+    cfg.elastic = 1;
+    int slot = 2;
+    sparrowComm_t jc = nullptr;
+    if (sparrowCommJoin(&jc, id, &cfg, &slot) != sparrowSuccess) return;
+    joiner_rc = sparrowBroadcast(nullptr, joiner_got.data(), count, sparrowBfloat16, 0, jc, nullptr);
+    sparrowCommDestroy(jc);  // (the root drops it again at its next step, or destroys first)
+  });
+  int live[8], nlive = 0, s = 0;
+  for (; s < 200 && nlive < n; ++s) {
+    for (size_t i = 0; i < count; ++i) src[i] = uint16_t(i * 31 + size_t(s));
+    sparrowResult_t rc1 = sparrowInternalError;
+    std::thread r1([&] { rc1 = sparrowBroadcast(nullptr, dst.data(), count, sparrowBfloat16, 0, c[1], nullptr); });
+    ASSERT_EQ(sparrowBroadcast(src.data(), src.data(), count, sparrowBfloat16, 0, c[0], nullptr), sparrowSuccess);
+    r1.join();
+    ASSERT_EQ(rc1, sparrowSuccess) << "step " << s;
+    ASSERT_EQ(dst, src) << "step " << s;
+    ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  }
+  EXPECT_EQ(nlive, n) << "the joiner was never admitted";
+  joiner.join();
+  EXPECT_EQ(joiner_rc.load(), sparrowSuccess);
+  EXPECT_EQ(joiner_got, src) << "the step that admitted it, whole";
+  for (int r : {0, 1}) sparrowCommDestroy(c[size_t(r)]);
   unsetenv("SPARROW_PROBE_MS");
   unsetenv("SPARROW_ALGO");
   sparrow::params::clear_overrides();
