@@ -79,8 +79,8 @@ typedef struct sparrowConfig_v1 {
   size_t size;          /* filled by SPARROW_CONFIG_INITIALIZER */
   unsigned int magic;   /* filled by SPARROW_CONFIG_INITIALIZER */
   unsigned int version; /* filled by SPARROW_CONFIG_INITIALIZER */
-  int elastic;          /* 1: members may die or stall and are dropped; sparse broadcasts complete for the
-                           live members. 0: today's fixed communicator. */
+  int elastic;          /* 1: members may die or stall and are dropped; broadcasts (sparse and dense)
+                           complete for the live members. 0: today's fixed communicator. */
   int leaseMs;          /* elastic only; 0 = SPARROW_LEASE_MS (10000), else 100..86400000: a member silent
                            this long during an operation is dropped */
   const char* region;   /* NULL = SPARROW_REGION or inferred from RTTs; else this rank's region label */
@@ -91,7 +91,7 @@ typedef struct sparrowConfig_v1 {
  * elastic and leaseMs (else every rank fails with sparrowInvalidUsage naming both). A config not
  * made from SPARROW_CONFIG_INITIALIZER, or a field out of range, is sparrowInvalidArgument.
  *
- * Elastic communicators (the root of sparrowSparseBcast is the one rank that cannot be replaced):
+ * Elastic communicators (the root of the broadcasts is the one rank that cannot be replaced):
  *  - a receiver or relay that dies, or is silent past the lease during an operation, is dropped; the
  *    root's and every other member's sparrowSparseBcast return sparrowSuccess with bit-exact data,
  *    and the drop is logged (INFO) and visible in sparrowCommGetMembers and the stats JSON;
