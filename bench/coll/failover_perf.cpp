@@ -150,6 +150,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One step's call; the root's buffer is its send buffer (and, dense, its receive buffer).
+int step_call(const Opts& o, sparrowComm_t comm, std::vector<uint16_t>& buf, bool root) {
+  if (o.dense) return sparrowBroadcast(buf.data(), buf.data(), buf.size(), sparrowBfloat16, 0, comm, nullptr);
+  return sparrowSparseBcast(root ? buf.data() : nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, comm, nullptr);
+}
+
 struct Joined {
   int first_step = -1;
   double join_s = -1, first_s = -1;
@@ -173,8 +179,7 @@ Joined leave_and_rejoin(const Opts& o, const sparrowUniqueId& id, sparrowConfig_
   j.join_s = now() - tj;
   for (;;) {
     const double t = now();
-    const int r = o.dense ? sparrowBroadcast(buf.data(), buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr)
-                          : sparrowSparseBcast(nullptr, buf.data(), buf.size(), sparrowBfloat16, 0, *comm, nullptr);
+    const int r = step_call(o, *comm, buf, false);
     if (r != sparrowSuccess) {
       fprintf(stderr, "%s: the joiner's call failed: %s\n", kProg, sparrowGetLastError(*comm));
       return j;
@@ -350,8 +355,7 @@ int main(int argc, char** argv) {
     // syncs), so that its join request is there when that step admits it.
     if (rank == 0 && o.fault == "rejoin" && s == o.stall_step + 1) usleep(useconds_t(o.lease_ms) * 1000);
     t0[size_t(s)] = now();
-    rc[size_t(s)] = o.dense ? sparrowBroadcast(buf.data(), buf.data(), count, sparrowBfloat16, 0, comm, nullptr)
-                            : sparrowSparseBcast(rank == 0 ? buf.data() : nullptr, buf.data(), count, sparrowBfloat16, 0, comm, nullptr);
+    rc[size_t(s)] = step_call(o, comm, buf, rank == 0);
     done[size_t(s)] = now();
     if (rank == 0)  // progress, to stderr: the table comes at the end
       fprintf(stderr, "%s: step %d of %d done in %.1f ms\n", kProg, s + 1, o.steps, (done[size_t(s)] - t0[size_t(s)]) * 1e3);

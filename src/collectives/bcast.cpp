@@ -33,7 +33,6 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
   } else if (e.rank() == root) {
     op.joined = admit_joiners(e, op.seq);
-    publish_free_slots(e);
     op.members = e.members.live();
     SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
   }

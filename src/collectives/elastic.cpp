@@ -42,7 +42,7 @@ Status serve_reattach(const OpWire& w, int r, uint32_t from, const Parts& parts,
 bool look_at(Engine& e, const OpWire& w, const BufferKey& key, Awaited& a, const Parts& parts,
              std::vector<int>* acked, Status* first, std::vector<transport::SendRequestPtr>* reqs) {
   const auto now = Clock::now();
-  while (a.beats < (1u << 24) && w.recv(a.rank, kBeatSub + a.beats, now).ok()) {  // (before the ack: none is left over)
+  while (a.beats < kMaxBeats && w.recv(a.rank, kBeatSub + a.beats, now).ok()) {  // (before the ack: none is left over)
     a.beats++;
     a.until = transport::deadline_in(e.comm.lease_s());
   }
@@ -131,6 +131,7 @@ std::vector<int> admit_joiners(Engine& e, uint64_t seq) {
                  (unsigned long long)seq, place->address.c_str(), place->region.empty() ? "inferred" : place->region.c_str());
     admitted.push_back(r);
   }
+  publish_free_slots(e);
   return admitted;
 }
 
@@ -280,7 +281,7 @@ Heartbeat::Heartbeat(const OpWire& w, int root, double lease_s) {
   if (lease_s <= 0) return;
   t_ = std::thread([this, w, root, period = std::chrono::duration<double>(lease_s / 4)] {
     std::unique_lock<std::mutex> lk(mu_);
-    for (uint32_t k = 0; k < (1u << 24); ++k) {
+    for (uint32_t k = 0; k < kMaxBeats; ++k) {
       if (cv_.wait_for(lk, period, [&] { return stop_; })) return;
       if (!w.send({root}, kBeatSub + k, share({uint8_t(1)})).ok()) return;  // the root is gone: nothing to tell
     }

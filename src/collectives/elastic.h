@@ -31,7 +31,8 @@ void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);
 void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);
 // The root, at the start of operation `seq`: admits every process whose join request waits in a
 // free slot's mailbox (sparrowCommJoin), tells it where everyone is and that `seq` is its first
-// operation, and lists it for a full snapshot in every buffer set. Returns the ranks admitted.
+// operation, and lists it for a full snapshot in every buffer set; then publishes the slots still
+// free. Returns the ranks admitted.
 std::vector<int> admit_joiners(Engine& e, uint64_t seq);
 // The root tells the store which slots are free now (for joiners that do not name one).
 void publish_free_slots(Engine& e);

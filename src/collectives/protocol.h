@@ -50,7 +50,7 @@ constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub 
                    kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u,
                    kHoldsSub = 0xfffffff6u;
 // Elastic: a rank's k-th heartbeat to the root during a long operation is sub kBeatSub + k (k < 2^24).
-constexpr uint32_t kBeatSub = 0xe0000000u;
+constexpr uint32_t kBeatSub = 0xe0000000u, kMaxBeats = 1u << 24;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank

@@ -122,8 +122,10 @@ Result<Frame> Relay::next(uint32_t sub) {
   Frame f = share(std::move(m.value()));
   out_.send(sub, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
-  if (sub != 0) bytes_ += f->size();
-  if (sub != 0) got_part_ = true;
+  if (sub != 0) {
+    bytes_ += f->size();
+    got_part_ = true;
+  }
   SPARROW_TRACE("operation %llu: part %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
                 (unsigned long long)w_.seq, sub, f->size(), parent_, out_.children().size());
   return f;

@@ -258,7 +258,6 @@ Status elastic_broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root
   if (e.rank() != root) return elastic_sink(e, bufs, root, op);
   for (auto& b : bufs) op.bytes += bytes_of(b);
   admit_joiners(e, op.seq);  // a joiner's first operation may be a dense one: it gets the whole data
-  publish_free_slots(e);
   const std::vector<int> members = e.members.live();
   SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.bytes), &members));
   Status s = elastic_root(e, bufs, root, op, members);

@@ -108,7 +108,7 @@ Result<ReceivedHeader> SparseSink::elastic_header() {
   return got;
 }
 
-// A fixed communicator's header comes down the tree.
+// The operation's header: from the root (elastic), else down the tree.
 Result<ReceivedHeader> SparseSink::header() {
   if (e_.comm.elastic()) return elastic_header();
   SPARROW_ASSIGN_OR_RETURN(Frame f, relay_.next(0));
