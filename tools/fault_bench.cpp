@@ -354,8 +354,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A random fault: a receiver, a step away from the first (the agreement) and the last two, a moment
-// from the step's start to about two normal steps later (mid-step or between steps).
+// A random fault: a receiver, a step away from the first (the agreement) and the last two (the last
+// five when it is replaced), a moment from the step's start to about two normal steps later
+// (mid-step or between steps).
 Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   Plan p;
   p.victim = 1 + int(rng() % uint64_t(o.ranks - 1));
@@ -363,6 +364,9 @@ Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   p.fault = rng() % 2 ? Fault::kKill : Fault::kStop;
   p.delay_us = int(rng() % uint64_t(std::max(1000.0, 2e6 * normal_s)));
   p.rejoin = p.fault == Fault::kKill && rng() % 2;
+  // A replaced victim dies at least 5 steps before the end: the root admits a joiner at the start of
+  // an operation, and the last steps (~20 ms each) can end before the new process has connected.
+  if (p.rejoin) p.step = 2 + (p.step - 2) % std::max(1, o.steps - 7);
   return p;
 }
 
