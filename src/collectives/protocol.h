@@ -14,6 +14,9 @@
 //                  parent and passes the failure down (relay.h)
 //   kReattachSub   rank -> root (elastic): its parent died or went silent mid-operation; the root
 //                  sends it the parts from the one named on (same keys), and it forwards them as before
+//   kHoldSub + k   relay -> children (elastic): "I re-attached (or was told to hold on): keep waiting
+//                  for me"; a child whose patience runs out takes its parent's k-th hold, if it came,
+//                  as a renewed patience instead of re-attaching itself, and passes it down. One byte.
 //   kVerdictSub    root -> every rank: the agreed result of an operation whose arguments had to match
 //                  (dense broadcasts, the first sparse operation on a buffer set); same shape as an ack
 //   kBeatSub + k   rank -> root (elastic): "alive", every quarter lease from the start of an operation
@@ -51,6 +54,8 @@ constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub 
                    kHoldsSub = 0xfffffff6u;
 // Elastic: a rank's k-th heartbeat to the root during a long operation is sub kBeatSub + k (k < 2^24).
 constexpr uint32_t kBeatSub = 0xe0000000u, kMaxBeats = 1u << 24;
+// Elastic: a relay's k-th hold to its children is sub kHoldSub + k (k < 2^24).
+constexpr uint32_t kHoldSub = 0xd0000000u, kMaxHolds = 1u << 24;
 constexpr uint8_t kDense = 1, kSparse = 2;
 constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that sends a full version to everyone
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank

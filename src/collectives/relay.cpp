@@ -107,11 +107,35 @@ bool Relay::reattach(uint32_t sub, const Status& why) {
   if (!w_.send({root_}, kReattachSub, share(reattach_request(sub))).ok()) return false;
   parent_ = root_;
   reattached_ = true;
+  hold_children();
   return true;
+}
+
+void Relay::hold_children() {
+  if (out_.children().empty() || holds_sent_ >= kMaxHolds) return;
+  out_.send(kHoldSub + holds_sent_++, share(std::vector<uint8_t>{1}));
+}
+
+bool Relay::held(const Status& why) {
+  if (root_ < 0 || parent_ == root_ || why.code() != Code::kTimeout || holds_taken_ >= kMaxHolds) return false;
+  if (!w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok()) return false;
+  holds_taken_++;
+  SPARROW_INFO("rank %d: parent rank %d is re-attaching in operation %llu (it sent a hold); waiting for it another "
+               "%.1f s", w_.net.rank(), parent_, (unsigned long long)w_.seq, patience_s_);
+  hold_children();
+  return true;
+}
+
+void Relay::skip_holds() {
+  if (root_ < 0 || parent_ == root_) return;
+  while (holds_taken_ < kMaxHolds && w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok())
+    holds_taken_++;
 }
 
 Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
   auto m = w_.recv(parent_, sub, part_deadline());
+  while (!m.ok() && held(m.status())) m = w_.recv(parent_, sub, part_deadline());
+  if (m.ok()) skip_holds();
   if (m.ok() || !reattach(sub, m.status())) return m;
   return w_.recv(parent_, sub, part_deadline());
 }
@@ -135,6 +159,8 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   std::vector<uint8_t> other;  // not a segment: an abort frame from above (or junk)
   auto get = [&] { return w_.net.recv_into(parent_, w_.key(sub), dst, n, part_deadline(), &other); };
   Status s = get();
+  while (!s.ok() && held(s)) s = get();
+  if (s.ok()) skip_holds();
   if (!s.ok() && reattach(sub, s)) s = get();  // the root sends the segment whole again
   if (!s.ok()) return pass_down(sub, std::move(s));
   if (!other.empty()) {

@@ -10,7 +10,8 @@
 // decoding never delay its subtree. When the parent fails (lost, silent past the deadline), the relay
 // passes the failure down at once as an abort frame in place of the part the children wait for, so
 // the whole subtree returns within a few round trips instead of each rank waiting out its timeout;
-// an abort from above is forwarded like any frame. Each frame is addressed by (seq, sub) and checked
+// an abort from above is forwarded like any frame. Elastic, a relay whose parent failed re-attaches
+// to the root and tells its subtree to hold on, so that only it takes the rest from the root. Each frame is addressed by (seq, sub) and checked
 // on its own downstream, which is what lets a child later take the rest from another source.
 #pragma once
 
@@ -92,14 +93,26 @@ class Relay {
   // this rank's patience (another parent).
   transport::Deadline part_deadline() const;
   // Elastic: the parent failed (`why`) while part `sub` was awaited; asks the root for the rest
-  // from `sub` on. False when this rank does not re-attach (not elastic, the root is its parent
-  // already, it re-attached once, or the request could not go).
+  // from `sub` on, and tells the children to hold on (hold()). False when this rank does not
+  // re-attach (not elastic, the root is its parent already, it re-attached once, or the request
+  // could not go).
   bool reattach(uint32_t sub, const Status& why);
+  // Elastic: this rank's patience with its parent ran out (`why` is a timeout) but the parent sent a
+  // hold (it re-attached itself, or passes one down from above): the hold is taken, passed down,
+  // and the part is awaited for another patience. Without it every rank below a stalled relay ran
+  // out of patience in turn while the rank above it was still re-attaching, and each took the rest
+  // of the step from the root, over the root's uplink once per rank instead of once.
+  bool held(const Status& why);
+  // Sends the next hold to every live child.
+  void hold_children();
+  // A part came: the holds that came before it are spent (they must not stretch a later wait).
+  void skip_holds();
   OpWire w_;
   int parent_;
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
   double lease_s_ = 0, patience_s_ = 0;
   bool reattached_ = false;
+  uint32_t holds_taken_ = 0, holds_sent_ = 0;  // kHoldSub + k: from the parent, to the children
   bool got_part_ = false;  // a payload part arrived (before: the pipeline is still filling)
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};

@@ -212,6 +212,55 @@ TEST(Relay, DenseReattachTakesTheRestFromTheRoot) {
   EXPECT_EQ(got, data);
 }
 
+// Chain 0 -> 1 -> 2 -> 3, elastic: rank 1 goes silent after part 1 and the root is slow to serve
+// (deliveries to rank 2 take 1.5 s from then on, a long WAN crossing). Rank 2 re-attaches to the root
+// after its 1 s patience; rank 3, whose 2 s patience runs out while rank 2 is still waiting for
+// the root, takes rank 2's hold and waits on instead of re-attaching too: the root sends the rest
+// of the step once (here at 2.5 s), and rank 3 gets it from rank 2.
+TEST(Relay, ChildOfARankThatReattachesHoldsOnInsteadOfReattachingToo) {
+  auto nets = test::make_nets("loopback", 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const auto sent = parts(3);
+  ASSERT_TRUE(wire_of(*nets[1]).send({2}, 1, sent[1]).ok());
+  Relay mid(wire_of(*nets[2], 30), -1, {});
+  mid.attach_elastic(1, {3}, 0, 3.0, 1.0);
+  Relay leaf(wire_of(*nets[3], 30), -1, {});
+  leaf.attach_elastic(2, {}, 0, 3.0, 2.0);
+  ASSERT_TRUE(mid.next(1).ok());
+  transport::LoopbackFaults wan;
+  wan.delay_us = 1500000;
+  ASSERT_TRUE(transport::set_loopback_faults(nets[2]->address(), wan));
+  std::thread root([&] {  // serves rank 2's re-attach request
+    auto rq = wire_of(*nets[0]).recv(2, kReattachSub);
+    ASSERT_TRUE(rq.ok()) << rq.status().to_string();
+    auto from = decode_reattach(rq.value());
+    ASSERT_TRUE(from.ok());
+    EXPECT_EQ(from.value(), 2u);
+    for (uint32_t sub = from.value(); sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({2}, sub, sent[sub]).ok());
+  });
+  std::thread mid_rank([&] {
+    for (uint32_t sub = 2; sub < sent.size(); ++sub) {
+      auto f = mid.next(sub);
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+    }
+    mid.finish();
+  });
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    auto f = leaf.next(sub);
+    if (!f.ok()) {  // (no ASSERT: the threads must still be joined)
+      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
+      break;
+    }
+    EXPECT_EQ(*f.value(), *sent[sub]);
+  }
+  mid_rank.join();
+  root.join();
+  EXPECT_EQ(mid.parent(), 0) << "rank 2 re-attached";
+  EXPECT_EQ(leaf.parent(), 2) << "rank 3 held on to rank 2";
+  EXPECT_FALSE(wire_of(*nets[0]).recv(3, kReattachSub, transport::Clock::now()).ok())
+      << "rank 3 asked the root for the rest too";
+}
+
 TEST(Relay, AbortFramesAreNeverDataAndCarryTheirStatus) {
   auto f = abort_frame(Status(Code::kTimeout, "parent silent"));
   EXPECT_TRUE(is_abort(f));
