@@ -30,22 +30,24 @@ params::BoolParam kSeed("SEED_FROM_REGION", true,
 params::IntParam kCodecLink("CODEC_LINK_MBIT", 0,
                             "Link rate (Mbit/s) that sparse_bcast's value codecs are chosen for: per chunk, the least "
                             "bytes at this rate plus encode and decode CPU time; 0: the probed rate to the slowest "
-                            "receiver; -1: the fewest bytes, whatever the CPU time.",
+                            "receiver, shared by the copies the root sends (one per child); -1: the fewest bytes, "
+                            "whatever the CPU time.",
                             -1, 100000000);
 
 using Frames = std::vector<Frame>;
 
-// The rate the step's bytes are judged at when picking value codecs (0: by bytes alone).
-double codec_link_Bps(const Engine& e) {
-  const int64_t mbit = kCodecLink.get();
+}  // namespace
+
+double codec_link_Bps(int64_t mbit, const std::vector<double>& bw_Bps, int self, size_t copies) {
   if (mbit < 0) return 0;
   if (mbit > 0) return double(mbit) * 1e6 / 8;
   double slowest = 0;
-  const auto& bw = e.comm.probe().bw_Bps;
-  for (int r = 0; r < int(bw.size()); ++r)
-    if (r != e.rank() && bw[size_t(r)] > 0 && (slowest == 0 || bw[size_t(r)] < slowest)) slowest = bw[size_t(r)];
-  return slowest;
+  for (int r = 0; r < int(bw_Bps.size()); ++r)
+    if (r != self && bw_Bps[size_t(r)] > 0 && (slowest == 0 || bw_Bps[size_t(r)] < slowest)) slowest = bw_Bps[size_t(r)];
+  return slowest / double(std::max<size_t>(copies, 1));
 }
+
+namespace {
 
 // Who sends `r` its full snapshot instead of the root: a member of r's region (as the tree sees
 // regions) that gets no resync itself and so holds the version, r's parent when it is one; -1: none.
@@ -270,7 +272,8 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   Frames frames;
   Parts parts;  // an elastic operation's, for re-attaching ranks
   const bool keep = rs.retained.enabled() && !full;
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out, codec_link_Bps(e), &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
+  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out,
+                                            codec_link_Bps(kCodecLink.get(), e.comm.probe().bw_Bps, e.rank(), out.children().size()), &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);

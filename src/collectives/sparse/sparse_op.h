@@ -23,5 +23,10 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
 // The root's side (sparse/root.cpp). It does not wait for this operation's acknowledgements
 // (except on the first, full one, whose arguments every rank must agree on).
 Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, const SparseOp& op);
+// The rate (bytes/s) the root's value codecs are chosen for (format::ValueChoiceOptions::link_Bps;
+// 0: by bytes alone). `mbit` (SPARROW_CODEC_LINK_MBIT) > 0 names it, < 0 asks for the fewest bytes;
+// 0: the slowest probed rate from this rank (`bw_Bps`, by rank), divided by the `copies` it sends of
+// every chunk (its children), which share its uplink.
+double codec_link_Bps(int64_t mbit, const std::vector<double>& bw_Bps, int self, size_t copies);
 
 }  // namespace sparrow::coll
