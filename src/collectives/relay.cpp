@@ -1,6 +1,7 @@
 #include "collectives/relay.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/log.h"
 
@@ -120,8 +121,9 @@ bool Relay::held(const Status& why) {
   if (root_ < 0 || parent_ == root_ || why.code() != Code::kTimeout || holds_taken_ >= kMaxHolds) return false;
   if (!w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok()) return false;
   holds_taken_++;
-  SPARROW_INFO("rank %d: parent rank %d is re-attaching in operation %llu (it sent a hold); waiting for it another "
-               "%.1f s", w_.net.rank(), parent_, (unsigned long long)w_.seq, patience_s_);
+  const double wait_s = std::chrono::duration<double>(part_deadline() - transport::Clock::now()).count();
+  SPARROW_INFO("rank %d: parent rank %d is re-attaching in operation %llu (it sent a hold); waiting for it up to "
+               "%.1f s more", w_.net.rank(), parent_, (unsigned long long)w_.seq, wait_s);
   hold_children();
   return true;
 }
