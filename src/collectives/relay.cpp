@@ -117,10 +117,15 @@ void Relay::hold_children() {
   out_.send(kHoldSub + holds_sent_++, share(std::vector<uint8_t>{1}));
 }
 
-bool Relay::held(const Status& why) {
-  if (root_ < 0 || parent_ == root_ || why.code() != Code::kTimeout || holds_taken_ >= kMaxHolds) return false;
+bool Relay::take_hold() {
+  if (root_ < 0 || parent_ == root_ || holds_taken_ >= kMaxHolds) return false;
   if (!w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok()) return false;
   holds_taken_++;
+  return true;
+}
+
+bool Relay::held(const Status& why) {
+  if (why.code() != Code::kTimeout || !take_hold()) return false;
   const double wait_s = std::chrono::duration<double>(part_deadline() - transport::Clock::now()).count();
   SPARROW_INFO("rank %d: parent rank %d is re-attaching in operation %llu (it sent a hold); waiting for it up to "
                "%.1f s more", w_.net.rank(), parent_, (unsigned long long)w_.seq, wait_s);
@@ -129,9 +134,8 @@ bool Relay::held(const Status& why) {
 }
 
 void Relay::skip_holds() {
-  if (root_ < 0 || parent_ == root_) return;
-  while (holds_taken_ < kMaxHolds && w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok())
-    holds_taken_++;
+  while (take_hold()) {
+  }
 }
 
 Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {

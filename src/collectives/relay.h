@@ -11,8 +11,9 @@
 // passes the failure down at once as an abort frame in place of the part the children wait for, so
 // the whole subtree returns within a few round trips instead of each rank waiting out its timeout;
 // an abort from above is forwarded like any frame. Elastic, a relay whose parent failed re-attaches
-// to the root and tells its subtree to hold on, so that only it takes the rest from the root. Each frame is addressed by (seq, sub) and checked
-// on its own downstream, which is what lets a child later take the rest from another source.
+// to the root and tells its subtree to hold on, so that only it takes the rest from the root. Each
+// frame is addressed by (seq, sub) and checked on its own downstream, which is what lets a child
+// later take the rest from another source.
 #pragma once
 
 #include <atomic>
@@ -105,6 +106,8 @@ class Relay {
   bool held(const Status& why);
   // Sends the next hold to every live child.
   void hold_children();
+  // Elastic, the parent not the root: takes the parent's next hold if it came (no waiting).
+  bool take_hold();
   // A part came: the holds that came before it are spent (they must not stretch a later wait).
   void skip_holds();
   OpWire w_;

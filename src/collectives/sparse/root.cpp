@@ -36,19 +36,6 @@ params::IntParam kCodecLink("CODEC_LINK_MBIT", 0,
 
 using Frames = std::vector<Frame>;
 
-}  // namespace
-
-double codec_link_Bps(int64_t mbit, const std::vector<double>& bw_Bps, int self, size_t copies) {
-  if (mbit < 0) return 0;
-  if (mbit > 0) return double(mbit) * 1e6 / 8;
-  double slowest = 0;
-  for (int r = 0; r < int(bw_Bps.size()); ++r)
-    if (r != self && bw_Bps[size_t(r)] > 0 && (slowest == 0 || bw_Bps[size_t(r)] < slowest)) slowest = bw_Bps[size_t(r)];
-  return slowest / double(std::max<size_t>(copies, 1));
-}
-
-namespace {
-
 // Who sends `r` its full snapshot instead of the root: a member of r's region (as the tree sees
 // regions) that gets no resync itself and so holds the version, r's parent when it is one; -1: none.
 int pick_seeder(const topology::Tree& t, const std::vector<int>& members, const std::map<int, uint64_t>& resync, int r) {
@@ -236,6 +223,15 @@ void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::En
 }
 
 }  // namespace
+
+double codec_link_Bps(int64_t mbit, const std::vector<double>& bw_Bps, int self, size_t copies) {
+  if (mbit < 0) return 0;
+  if (mbit > 0) return double(mbit) * 1e6 / 8;
+  double slowest = 0;
+  for (int r = 0; r < int(bw_Bps.size()); ++r)
+    if (r != self && bw_Bps[size_t(r)] > 0 && (slowest == 0 || bw_Bps[size_t(r)] < slowest)) slowest = bw_Bps[size_t(r)];
+  return slowest / double(std::max<size_t>(copies, 1));
+}
 
 Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, const SparseOp& op) {
   const double t0 = now_s();
