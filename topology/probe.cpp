@@ -33,7 +33,7 @@ std::string ProbeResult::format() const {
   out += "  rank      rtt_us     bw_Gbit/s\n";
   char line[96];
   for (size_t r = 0; r < rtt_s.size(); ++r) {
-    if (int(r) == root) continue;
+    if (int(r) == root || (rtt_s[r] < 0 && bw_Bps[r] <= 0)) continue;  // a vacant or new slot
     if (bw_Bps[r] > 0) snprintf(line, sizeof line, "  %4zu  %10.1f  %12.3f\n", r, rtt_s[r] * 1e6, bw_Bps[r] * 8 / 1e9);
     else snprintf(line, sizeof line, "  %4zu  %10.1f  %12s\n", r, rtt_s[r] * 1e6, "unmeasured");
     out += line;
@@ -41,12 +41,13 @@ std::string ProbeResult::format() const {
   return out;
 }
 
-Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, double budget_s, transport::Deadline d) {
-  const int n = net.nranks(), me = net.rank();
+Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm, int root, double budget_s, transport::Deadline d,
+                               int nprobe) {
+  const int n = nprobe > 0 ? std::min(nprobe, net.nranks()) : net.nranks(), me = net.rank();
   ProbeResult res;
   res.root = root;
-  res.rtt_s.assign(n, -1);
-  res.bw_Bps.assign(n, -1);
+  res.rtt_s.assign(size_t(net.nranks()), -1);
+  res.bw_Bps.assign(size_t(net.nranks()), -1);
   res.rtt_s[root] = 0;
   res.bw_Bps[root] = 0;
   auto t0 = Clock::now();

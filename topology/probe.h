@@ -28,8 +28,9 @@ struct ProbeResult {
 // SPARROW_PROBE_MS (0 disables probing).
 int64_t probe_budget_ms();
 
-// Collective over all ranks of `net`: every rank calls it with the same arguments.
+// Collective over ranks 0..nprobe-1 of `net` (0: all; later slots of an elastic communicator are
+// vacant, unmeasured): every rank among them calls it with the same arguments.
 Result<ProbeResult> probe_star(transport::Net& net, uint64_t comm_id, int root, double budget_s,
-                               transport::Deadline d);
+                               transport::Deadline d, int nprobe = 0);
 
 }  // namespace sparrow::topology

@@ -110,9 +110,11 @@ typedef struct sparrowConfig_v1 {
 sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, int nranks, sparrowUniqueId commId, int rank,
                                           sparrowConfig_t* config);
 
-/* A process joins a running elastic communicator into slot *rank (in: the slot, 1..nranks-1, that a
- * dropped member held, e.g. the rank a restarted worker had, or -1: any free slot, which the store
- * hands out to one joiner at a time, the lowest first; out: the slot taken). It looks the
+/* A process joins a running elastic communicator into slot *rank (in: the slot, 1..count-1, that a
+ * dropped member held, e.g. the rank a restarted worker had, or a vacant one, or -1: any free slot,
+ * which the store hands out to one joiner at a time, the lowest first; out: the slot taken). A
+ * communicator grows past its nranks only when its ranks were created with SPARROW_MAX_RANKS set
+ * (the number of slots; the ones past nranks start vacant, and sparrowCommCount counts every slot). It looks the
  * communicator up at its rendezvous store (which, for an elastic communicator, serves for as long as
  * the process that called sparrowGetUniqueId runs), asks rank 0, and returns once rank 0 admitted it,
  * at rank 0's next sparrowSparseBcast or sparrowBroadcast (so rank 0 must be the root). Make the same
@@ -147,6 +149,8 @@ sparrowResult_t sparrowCommAbort(sparrowComm_t comm);
 /* After either, the handle is dead: every call with it (a second destroy included) returns
  * sparrowInvalidUsage instead of touching freed memory. */
 
+/* The number of ranks (every rank is in 0..count-1); for an elastic communicator created with
+ * SPARROW_MAX_RANKS, the number of slots, vacant ones included (sparrowCommGetMembers: who is in). */
 sparrowResult_t sparrowCommCount(const sparrowComm_t comm, int* count);
 sparrowResult_t sparrowCommUserRank(const sparrowComm_t comm, int* rank);
 

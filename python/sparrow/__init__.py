@@ -280,8 +280,8 @@ class Communicator:
     def join(cls, uid: bytes, rank: Optional[int] = None, lease_ms: int = 0,
              region: Optional[str] = None) -> "Communicator":
         """A new process joins a running elastic communicator (sparrowCommJoin) into the slot of a
-        dropped member: `rank` names it (e.g. the rank a restarted worker had), None takes any free
-        one. Returns once rank 0 admitted it, at rank 0's next sparse_broadcast or broadcast; make
+        dropped member, or a vacant one (the ranks set SPARROW_MAX_RANKS): `rank` names it (e.g. the
+        rank a restarted worker had), None takes any free one. Returns once rank 0 admitted it, at rank 0's next sparse_broadcast or broadcast; make
         that same call right after: the first brings every buffer whole, later sparse ones deltas.
         lease_ms: 0 or the communicator's. The slot taken is .rank. Raises PeerLost if the slot is
         still held by a live member (after twice the lease), InvalidUsage if the communicator is not

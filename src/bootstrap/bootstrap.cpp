@@ -29,6 +29,7 @@ constexpr uint32_t kSubRegister = 1, kSubTable = 2, kSubLookup = 3;
 // Elastic communicators: rank 0 lists the free slots (kSubFree), a joiner claims one (kSubClaim).
 constexpr uint32_t kSubFree = 4, kSubClaim = 5;
 constexpr size_t kMaxRegistration = 4096;
+constexpr uint32_t kMaxSlots = 1u << 20;
 
 void put_str(std::vector<uint8_t>& o, const std::string& s) {
   format::put_u16(o, uint16_t(s.size()));
@@ -91,66 +92,93 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     }
     if (h.key.sub == kSubFree) return reply_locked(c, take_free_locked(c, b));
     if (h.key.sub == kSubClaim) return reply_locked(c, claim_locked(b));
-    format::ByteReader r(b, "registration");
-    uint32_t rank, nranks, nstreams, elastic = 0, lease = 0;
+    Registration g;
+    if (Status s = parse_registration(b, &g); !s.ok()) return fail_locked(s.message());
+    if (std::string why = admit_locked(g); !why.empty()) return fail_locked(why);
+    table_[g.rank] = g.info;
+    who_[g.rank] = c;
+    ++registered_;
+    if (!failed_.empty()) return reply_locked(c, error_table(failed_));
+    if (registered_ == nranks_) publish_table_locked();
+  }
+  void conn_failed(transport::Conn*, const Status&) override {}
+
+ private:
+  struct Registration {
+    uint32_t rank = 0, nranks = 0, slots = 0;
     RankInfo info;
-    Status s = r.u32(&rank);
-    if (s.ok()) s = r.u32(&nranks);
-    if (s.ok()) s = r.u32(&nstreams);
-    if (s.ok()) s = r.u32(&elastic);
-    if (s.ok()) s = r.u32(&lease);
-    if (s.ok()) s = get_str(r, &info.address);
-    if (s.ok()) s = get_str(r, &info.host);
-    if (s.ok()) s = get_str(r, &info.region);
-    info.nstreams = int(nstreams);
-    info.elastic = int(elastic);
-    info.lease_ms = int(lease);
-    if (!s.ok()) return fail_locked(s.message());
-    if (nranks == 0 || nranks > (1u << 20)) return fail_locked("invalid rank count " + std::to_string(nranks));
-    if (nranks_ == 0) nranks_ = nranks;
+  };
+  static Status parse_registration(const std::vector<uint8_t>& b, Registration* g) {
+    format::ByteReader r(b, "registration");
+    uint32_t nstreams, elastic = 0, lease = 0;
+    SPARROW_RETURN_IF_ERROR(r.u32(&g->rank));
+    SPARROW_RETURN_IF_ERROR(r.u32(&g->nranks));
+    SPARROW_RETURN_IF_ERROR(r.u32(&g->slots));
+    SPARROW_RETURN_IF_ERROR(r.u32(&nstreams));
+    SPARROW_RETURN_IF_ERROR(r.u32(&elastic));
+    SPARROW_RETURN_IF_ERROR(r.u32(&lease));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.address));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.host));
+    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.region));
+    g->info.nstreams = int(nstreams);
+    g->info.elastic = int(elastic);
+    g->info.lease_ms = int(lease);
+    return Status::Ok();
+  }
+  // Why `g` does not fit the registrations so far ("" when it does; the first one sets the shape).
+  std::string admit_locked(const Registration& g) {
+    const uint32_t rank = g.rank, nranks = g.nranks;
+    if (nranks == 0 || nranks > kMaxSlots) return "invalid rank count " + std::to_string(nranks);
+    if (g.slots < nranks || g.slots > kMaxSlots)
+      return "rank " + std::to_string(rank) + " asks for " + std::to_string(g.slots) + " slots for " +
+             std::to_string(nranks) + " ranks";
+    if (nranks_ == 0) nranks_ = nranks, slots_ = g.slots;
     if (nranks != nranks_)
-      return fail_locked("rank " + std::to_string(rank) + " says there are " + std::to_string(nranks) + " ranks, rank " +
-                         std::to_string(first_rank_) + " said " + std::to_string(nranks_));
-    if (rank >= nranks) return fail_locked("rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks");
+      return "rank " + std::to_string(rank) + " says there are " + std::to_string(nranks) + " ranks, rank " +
+             std::to_string(first_rank_) + " said " + std::to_string(nranks_);
+    if (g.slots != slots_)
+      return "rank " + std::to_string(rank) + " lets the communicator grow to " + std::to_string(g.slots) +
+             " ranks, rank " + std::to_string(first_rank_) + " to " + std::to_string(slots_) +
+             " (SPARROW_MAX_RANKS must be the same on every rank)";
+    if (rank >= nranks) return "rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks";
     if (table_.empty()) {
       table_.resize(nranks);
       who_.resize(nranks);
       first_rank_ = rank;
     }
-    if (who_[rank]) return fail_locked("two processes registered as rank " + std::to_string(rank));
-    if (registered_ > 0 && info.nstreams != table_[first_rank_].nstreams)
-      return fail_locked("SPARROW_NSTREAMS differs between ranks (" + std::to_string(info.nstreams) + " vs " +
-                         std::to_string(table_[first_rank_].nstreams) + ")");
-    if (registered_ > 0 && (info.elastic != table_[first_rank_].elastic || info.lease_ms != table_[first_rank_].lease_ms))
-      return fail_locked(kind_desc(rank, info) + ", but " + kind_desc(first_rank_, table_[first_rank_]) +
-                         ": every rank must create it with the same elastic and leaseMs");
-    table_[rank] = info;
-    who_[rank] = c;
-    ++registered_;
-    if (!failed_.empty()) return reply_locked(c, error_table(failed_));
-    if (registered_ == nranks_) {
-      std::vector<uint8_t> t;
-      format::put_u32(t, 0);
-      format::put_u32(t, nranks_);
-      for (auto& ri : table_) {
-        format::put_u32(t, uint32_t(ri.nstreams));
-        format::put_u32(t, uint32_t(ri.elastic));
-        format::put_u32(t, uint32_t(ri.lease_ms));
-        put_str(t, ri.address);
-        put_str(t, ri.host);
-        put_str(t, ri.region);
-      }
-      auto shared = std::make_shared<std::vector<uint8_t>>(std::move(t));
-      for (auto* w : who_) reply_locked(w, shared);
-      if (table_[first_rank_].elastic) {
-        serves_lookups_ = true;
-        table_msg_ = shared;
-      }
+    if (who_[rank]) return "two processes registered as rank " + std::to_string(rank);
+    const RankInfo& first = table_[first_rank_];
+    if (registered_ > 0 && g.info.nstreams != first.nstreams)
+      return "SPARROW_NSTREAMS differs between ranks (" + std::to_string(g.info.nstreams) + " vs " +
+             std::to_string(first.nstreams) + ")";
+    if (registered_ > 0 && (g.info.elastic != first.elastic || g.info.lease_ms != first.lease_ms))
+      return kind_desc(rank, g.info) + ", but " + kind_desc(first_rank_, first) +
+             ": every rank must create it with the same elastic and leaseMs";
+    return "";
+  }
+  // Every rank registered: the table to each of them, with a vacant entry (no address) for every
+  // slot past the ranks that an elastic communicator may grow into.
+  void publish_table_locked() {
+    std::vector<uint8_t> t;
+    format::put_u32(t, 0);
+    format::put_u32(t, slots_);
+    const RankInfo& first = table_[first_rank_];
+    for (uint32_t r = 0; r < slots_; ++r) {
+      const RankInfo ri = r < nranks_ ? table_[r] : RankInfo{"", "", "", first.nstreams, first.elastic, first.lease_ms};
+      format::put_u32(t, uint32_t(ri.nstreams));
+      format::put_u32(t, uint32_t(ri.elastic));
+      format::put_u32(t, uint32_t(ri.lease_ms));
+      put_str(t, ri.address);
+      put_str(t, ri.host);
+      put_str(t, ri.region);
+    }
+    auto shared = std::make_shared<std::vector<uint8_t>>(std::move(t));
+    for (auto* w : who_) reply_locked(w, shared);
+    if (first.elastic) {
+      serves_lookups_ = true;
+      table_msg_ = shared;
     }
   }
-  void conn_failed(transport::Conn*, const Status&) override {}
-
- private:
   static std::string kind_desc(uint32_t rank, const RankInfo& ri) {
     return "rank " + std::to_string(rank) + " created the communicator " +
            (ri.elastic ? "elastic (lease " + std::to_string(ri.lease_ms) + " ms)" : std::string("not elastic"));
@@ -162,10 +190,10 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     uint32_t n = 0;
     std::vector<int> free;
     Status s = r.u32(&n);
-    for (uint32_t i = 0; s.ok() && i < n && i < nranks_; ++i) {
+    for (uint32_t i = 0; s.ok() && i < n && i < slots_; ++i) {
       uint32_t slot = 0;
       s = r.u32(&slot);
-      if (s.ok() && slot > 0 && slot < nranks_) free.push_back(int(slot));
+      if (s.ok() && slot > 0 && slot < slots_) free.push_back(int(slot));
     }
     if (!s.ok()) return error_table(s.message());
     std::sort(free.begin(), free.end());
@@ -230,7 +258,7 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   std::map<transport::Conn*, bool> replied_;
   std::vector<RankInfo> table_;
   std::vector<transport::Conn*> who_;
-  uint32_t nranks_ = 0, registered_ = 0, first_rank_ = 0;
+  uint32_t nranks_ = 0, slots_ = 0, registered_ = 0, first_rank_ = 0;
   std::atomic<size_t> expected_sends_{0}, sent_{0};
   std::string failed_;
   std::atomic<bool> serves_lookups_{false};
@@ -348,7 +376,7 @@ Result<std::vector<RankInfo>> parse_table(const std::vector<uint8_t>& bytes, int
   SPARROW_RETURN_IF_ERROR(r.u32(&n));
   if (nranks > 0 && n != uint32_t(nranks))
     return Error(Code::kInvalidUsage, "rendezvous table has " + std::to_string(n) + " ranks");
-  if (n == 0 || n > (1u << 20)) return CorruptData("rendezvous table of " + std::to_string(n) + " ranks");
+  if (n == 0 || n > kMaxSlots) return CorruptData("rendezvous table of " + std::to_string(n) + " ranks");
   std::vector<RankInfo> out(n);
   for (auto& ri : out) {
     uint32_t ns, el, lease;
@@ -367,10 +395,12 @@ Result<std::vector<RankInfo>> parse_table(const std::vector<uint8_t>& bytes, int
 }  // namespace
 
 Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
-                                       transport::Deadline d) {
+                                       transport::Deadline d, int slots) {
+  if (slots == 0) slots = nranks;
   std::vector<uint8_t> reg;
   format::put_u32(reg, uint32_t(rank));
   format::put_u32(reg, uint32_t(nranks));
+  format::put_u32(reg, uint32_t(slots));
   format::put_u32(reg, uint32_t(me.nstreams));
   format::put_u32(reg, uint32_t(me.elastic));
   format::put_u32(reg, uint32_t(me.lease_ms));
@@ -379,7 +409,7 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   put_str(reg, me.region);
   auto t = ask_store(id, rank, kSubRegister, reg, d);
   if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
-  return parse_table(t.value(), nranks);
+  return parse_table(t.value(), slots);
 }
 
 // A reply of ok_table or error_table: its value, or the store's message as kInvalidUsage.

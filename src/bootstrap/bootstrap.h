@@ -40,9 +40,11 @@ struct RankInfo {
 };
 
 // Registers `me` as `rank` of `nranks` and returns every rank's info (index = rank). The store is
-// always reached over TCP, whatever transport the communicator uses.
+// always reached over TCP, whatever transport the communicator uses. `slots` (0: nranks): how many
+// ranks an elastic communicator may grow to (SPARROW_MAX_RANKS; every rank must give the same); the
+// table then has that many entries, those past nranks vacant (no address) until a joiner takes one.
 Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, const RankInfo& me,
-                                       transport::Deadline d);
+                                       transport::Deadline d, int slots = 0);
 
 // An elastic communicator's table, from its store (which serves for as long as its process runs),
 // for a process that joins as `rank` (sparrowCommJoin).

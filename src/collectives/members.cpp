@@ -59,6 +59,13 @@ void Members::admit(int r) {
   told_[size_t(r)] = 0;
 }
 
+void Members::vacate(int r) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (r < 0 || size_t(r) >= live_.size()) return;
+  live_[size_t(r)] = 0;
+  told_[size_t(r)] = 1;
+}
+
 void Members::mark_unreachable(int r) {
   std::lock_guard<std::mutex> lk(mu_);
   if (r >= 0 && size_t(r) < told_.size()) told_[size_t(r)] = 1;

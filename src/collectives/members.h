@@ -25,6 +25,8 @@ class Members {
   std::vector<int> assign(const std::vector<int32_t>& live);
   // The root takes `r` back (a process that joined into its slot).
   void admit(int r);
+  // A slot with no member yet (the communicator may grow into it): not live, sent nothing, no drop.
+  void vacate(int r);
   // The root's bookkeeping for dropped ranks it could not reach: they are not sent headers again.
   void mark_unreachable(int r);
   bool unreachable(int r) const;

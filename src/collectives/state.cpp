@@ -29,7 +29,10 @@ Engine::Engine(Comm& c)
         auto it = roots.find(key);
         if (it != roots.end()) it->second.need_resync[rank] = holds;
       }),
-      members(c.nranks()) {}
+      members(c.nranks()) {
+  for (int r = 0; r < c.nranks(); ++r)
+    if (c.ranks()[size_t(r)].address.empty()) members.vacate(r);
+}
 
 Engine::~Engine() {
   // A step still being staged in the background uses the network: stop it before the network goes.

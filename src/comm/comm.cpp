@@ -17,6 +17,11 @@ params::IntParam kLease("LEASE_MS", 10000,
                         "Elastic communicators: a member silent this long during an operation is dropped (ms; "
                         "sparrowConfig_t.leaseMs overrides).",
                         100, 86400000);
+params::IntParam kMaxRanks("MAX_RANKS", 0,
+                           "Elastic communicators: the number of ranks it may grow to by sparrowCommJoin (slots past "
+                           "nranks start vacant; 0: nranks, joiners take dropped members' slots only). The same on "
+                           "every rank; fixed communicators ignore it.",
+                           0, 1 << 20);
 }  // namespace
 
 int default_lease_ms() { return int(kLease.get()); }
@@ -60,40 +65,61 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   if (rank < 0 || rank >= nranks)
     return InvalidArgument("rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks");
   SPARROW_ASSIGN_OR_RETURN(bootstrap::IdData idd, bootstrap::decode_id(id));
+  SPARROW_ASSIGN_OR_RETURN(const int slots, slot_count(nranks, opt.elastic));
   std::unique_ptr<Comm> c(new Comm());
   c->rank_ = rank;
-  c->nranks_ = nranks;
+  c->nranks_ = slots;
   c->id_ = idd;
   c->elastic_ = opt.elastic;
   c->lease_ms_ = opt.elastic ? (opt.lease_ms > 0 ? opt.lease_ms : default_lease_ms()) : 0;
   if (opt.elastic) hold_store(idd.comm_id), c->holds_store_ = true;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
-  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, nranks, transport::default_streams()));
+  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, slots, transport::default_streams()));
   if (opt.elastic) c->net_->set_elastic();
   bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()),
                          opt.region.empty() ? region_label() : opt.region, c->net_->nstreams(), c->elastic_,
                          c->lease_ms_};
   auto d = c->deadline();
-  auto table = bootstrap::exchange(idd, rank, nranks, me, d);
+  auto table = bootstrap::exchange(idd, rank, nranks, me, d, slots);
   if (!table.ok()) return std::move(table).take_status().context("rank " + std::to_string(rank) + " joining the communicator");
-  c->ranks_ = std::move(table.value());
-  std::vector<std::string> addrs;
-  for (auto& r : c->ranks_) addrs.push_back(r.address);
-  c->net_->set_addresses(addrs);
+  c->set_table(std::move(table.value()));
   double budget = double(topology::probe_budget_ms()) / 1000.0;
   if (budget > 0 && nranks > 1) {
-    auto p = topology::probe_star(*c->net_, idd.comm_id, 0, budget, d);
+    auto p = topology::probe_star(*c->net_, idd.comm_id, 0, budget, d, nranks);
     if (!p.ok()) return std::move(p).take_status().context("probing links at communicator creation");
     c->probe_ = p.value();
     if (rank == 0) SPARROW_INFO("%s", c->probe_.format().c_str());  // every rank holds the same table
     else SPARROW_TRACE("rank %d: %s", rank, c->probe_.format().c_str());
   } else {
-    c->probe_.rtt_s.assign(nranks, -1);
-    c->probe_.bw_Bps.assign(nranks, -1);
+    c->probe_.rtt_s.assign(size_t(slots), -1);
+    c->probe_.bw_Bps.assign(size_t(slots), -1);
   }
+  std::string kind = c->elastic_ ? ", elastic, lease " + std::to_string(c->lease_ms_) + " ms" : "";
+  if (slots > nranks) kind += ", may grow to " + std::to_string(slots) + " ranks";
   SPARROW_INFO("rank %d of %d up on %s (%s%s)", rank, nranks, c->net_->address().c_str(), c->net_->backend_name(),
-               c->elastic_ ? (", elastic, lease " + std::to_string(c->lease_ms_) + " ms").c_str() : "");
+               kind.c_str());
   return c;
+}
+
+Result<int> Comm::slot_count(int nranks, bool elastic) {
+  const int max = int(kMaxRanks.get());
+  if (!elastic || max == 0) return nranks;
+  if (max < nranks)
+    return InvalidArgument("SPARROW_MAX_RANKS=" + std::to_string(max) + " is below the communicator's " +
+                           std::to_string(nranks) + " ranks (it is the number the communicator may grow to; 0: nranks)");
+  return max;
+}
+
+void Comm::set_table(std::vector<bootstrap::RankInfo> table) {
+  std::vector<std::string> addrs;
+  for (auto& r : table) addrs.push_back(r.address);
+  net_->set_addresses(addrs);
+  // A vacant slot (no member yet: the communicator may grow into it) takes a joiner's connections
+  // like a dropped member's, and nothing waits on it.
+  for (int r = 0; r < int(table.size()); ++r)
+    if (r != rank_ && table[size_t(r)].address.empty())
+      net_->disconnect(r, Status(Code::kPeerLost, "slot " + std::to_string(r) + " has no member (yet)"));
+  ranks_ = std::move(table);
 }
 
 namespace {
@@ -148,10 +174,7 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
   c->net_->set_joiner();
   table[size_t(rank)] = {c->net_->address(), host_identity(c->net_->address()),
                          opt.region.empty() ? region_label() : opt.region, table[0].nstreams, 1, c->lease_ms_};
-  std::vector<std::string> addrs;
-  for (auto& r : table) addrs.push_back(r.address);
-  c->net_->set_addresses(addrs);
-  c->ranks_ = std::move(table);
+  c->set_table(std::move(table));
   c->probe_.rtt_s.assign(size_t(n), -1);
   c->probe_.bw_Bps.assign(size_t(n), -1);
   return c;
@@ -159,10 +182,12 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
 
 void Comm::adopt(std::vector<bootstrap::RankInfo> ranks, topology::ProbeResult probe, uint64_t first_seq) {
   ranks[size_t(rank_)].address = net_->address();
-  std::vector<std::string> addrs;
-  for (auto& r : ranks) addrs.push_back(r.address);
-  net_->set_addresses(addrs);
-  ranks_ = std::move(ranks);
+  // Slots that were vacant in the store's table and have members now (joiners admitted since).
+  std::vector<int> filled;
+  for (int r = 0; r < int(ranks.size()) && r < int(ranks_.size()); ++r)
+    if (r != rank_ && ranks_[size_t(r)].address.empty() && !ranks[size_t(r)].address.empty()) filled.push_back(r);
+  set_table(std::move(ranks));
+  for (int r : filled) net_->revive(r, ranks_[size_t(r)].address);
   probe_ = std::move(probe);
   seq_ = first_seq - 1;
   SPARROW_INFO("rank %d of %d joined on %s (%s, elastic, lease %d ms); first operation %llu", rank_, nranks_,

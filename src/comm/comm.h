@@ -44,6 +44,8 @@ class Comm {
   ~Comm();
 
   int rank() const { return rank_; }
+  // The communicator's slots: its ranks, and for an elastic one the vacant slots it may grow into
+  // (SPARROW_MAX_RANKS; their places have no address until a joiner takes one).
   int nranks() const { return nranks_; }
   uint64_t comm_id() const { return id_.comm_id; }
   transport::Net& net() { return *net_; }
@@ -65,6 +67,10 @@ class Comm {
 
  private:
   Comm() = default;
+  // SPARROW_MAX_RANKS for an elastic communicator of `nranks`, else nranks.
+  static Result<int> slot_count(int nranks, bool elastic);
+  // Every slot's place (index = rank), from the store or a welcome.
+  void set_table(std::vector<bootstrap::RankInfo> table);
   int rank_ = 0, nranks_ = 0;
   bool elastic_ = false, holds_store_ = false;
   int lease_ms_ = 0;

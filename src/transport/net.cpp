@@ -86,7 +86,7 @@ void Net::reset_slot_locked(int peer, bool reversed, bool fresh) {
   disconnected_[p] = 0;
   reversed_[p] = reversed;
   fresh_[p] = fresh;
-  SPARROW_INFO("rank %d: %s starts afresh (a member that rejoined)", rank_, desc(peer).c_str());
+  SPARROW_INFO("rank %d: %s starts afresh (a new or rejoined member)", rank_, desc(peer).c_str());
 }
 
 void Net::set_joiner() {

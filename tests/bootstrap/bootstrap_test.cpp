@@ -87,6 +87,58 @@ TEST(Store, WrongSecretCannotJoin) {
   EXPECT_EQ(r.status().code(), Code::kAuthError) << r.status().to_string();
 }
 
+// An elastic communicator that may grow (SPARROW_MAX_RANKS): the table has an entry per slot, those
+// past the ranks vacant (no address, the communicator's kind); the store lists and hands out a
+// vacant slot like a dropped member's. Ranks that disagree on the slots all fail, saying why.
+TEST(Store, SlotsPastTheRanksAreVacantAndRanksMustAgreeOnThem) {
+  auto id = create_id();
+  ASSERT_TRUE(id.ok());
+  std::vector<Result<std::vector<RankInfo>>> res(2, Status(Code::kInternalError, "not run"));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      res[size_t(r)] = exchange(id.value(), r, 2, RankInfo{"a" + std::to_string(r), "h", "", 4, 1, 1000},
+                                transport::deadline_in(10), 4);
+    });
+  for (auto& t : ts) t.join();
+  for (auto& r : res) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), 4u);
+    EXPECT_EQ(r.value()[1].address, "a1");
+    for (int k : {2, 3}) {
+      EXPECT_EQ(r.value()[size_t(k)].address, "");
+      EXPECT_EQ(r.value()[size_t(k)].elastic, 1);
+      EXPECT_EQ(r.value()[size_t(k)].lease_ms, 1000);
+    }
+  }
+  auto table = lookup(id.value(), 3, transport::deadline_in(10));
+  ASSERT_TRUE(table.ok()) << table.status().to_string();
+  EXPECT_EQ(table->size(), 4u) << "a joiner sees every slot";
+  {
+    SlotBoard board(id.value());
+    board.publish({2, 3});
+    auto d = transport::deadline_in(10);
+    auto first = claim_slot(id.value(), 5000, d);
+    while (!first.ok() && first.status().message() == kNoFreeSlot && transport::Clock::now() < d)
+      first = claim_slot(id.value(), 5000, d);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(first.value(), 2);
+  }
+  auto id2 = create_id();
+  ASSERT_TRUE(id2.ok());
+  ts.clear();
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      res[size_t(r)] = exchange(id2.value(), r, 2, RankInfo{"a", "h", "", 4, 1, 1000}, transport::deadline_in(10),
+                                r == 0 ? 4 : 6);
+    });
+  for (auto& t : ts) t.join();
+  for (auto& r : res) {
+    EXPECT_EQ(r.status().code(), Code::kInvalidUsage);
+    EXPECT_NE(r.status().message().find("SPARROW_MAX_RANKS must be the same"), std::string::npos) << r.status().to_string();
+  }
+}
+
 // An elastic communicator's store hands rank 0's free slots to joiners, lowest first, each to one
 // joiner at a time until its claim runs out; with nothing free it says so.
 TEST(Store, FreeSlotsGoToOneJoinerAtATime) {

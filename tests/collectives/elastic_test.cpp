@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -793,6 +794,105 @@ TEST(ElasticThreads, DenseBroadcastLongerThanTheLeaseDropsNobody) {
     sparrow::transport::set_loopback_faults(sparrow::comm_impl(c[size_t(r)])->net().address(), {});
   for (int r = 0; r < n; ++r) sparrowCommDestroy(c[size_t(r)]);
   for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TRANSPORT", "SPARROW_SEGMENT_BYTES"}) unsetenv(v);
+  sparrow::params::clear_overrides();
+}
+
+// SPARROW_MAX_RANKS: a communicator of 3 ranks that may grow to 5. Its slots 3 and 4 start vacant
+// (not members; sparrowCommCount counts them); two joiners that name no slot are handed one each
+// and admitted, and from then on all five get every step bit-exact. A value below nranks is refused.
+TEST(ElasticThreads, JoinersGrowTheCommunicatorIntoVacantSlots) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "binomial", 1);  // the joiners relay to each other or the others
+  setenv("SPARROW_MAX_RANKS", "2", 1);
+  sparrow::params::clear_overrides();
+  const int n = 3, slots = 5;
+  const size_t count = 1 << 16;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  EXPECT_EQ(open_comm(id, 0, n), nullptr);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("SPARROW_MAX_RANKS=2 is below"), std::string::npos)
+      << sparrowGetLastError(nullptr);
+  setenv("SPARROW_MAX_RANKS", "5", 1);
+  sparrow::params::clear_overrides();
+  std::vector<sparrowComm_t> c = open_threads(id, n, kLeaseMs);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  int count_seen = 0, live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommCount(c[1], &count_seen), sparrowSuccess);
+  EXPECT_EQ(count_seen, slots);
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1, 2}));
+  // Every step's version, for the joiners to tell which step a call brought.
+  std::mutex mu;
+  std::vector<std::vector<uint16_t>> versions;
+  auto step_of = [&](const std::vector<uint16_t>& got) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (int s = int(versions.size()) - 1; s >= 0; --s)
+      if (versions[size_t(s)] == got) return s;
+    return -1;
+  };
+  std::atomic<int> last{-1};  // the root's last step, once it knows it
+  // Each joiner: its slot, then calls until the root's last step: the first brings a whole version,
+  // each later one the next step's, bit-exact. calls[j]: how many did (-1: one failed or was wrong).
+  std::vector<int> slot(2, -2), calls(2, 0);
+  std::vector<std::thread> joiners;
+  for (int j = 0; j < 2; ++j)
+    joiners.emplace_back([&, j] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      int rank = -1;
+      sparrowComm_t jc = nullptr;
+      if (sparrowCommJoin(&jc, id, &cfg, &rank) != sparrowSuccess) return;
+      slot[size_t(j)] = rank;
+      std::vector<uint16_t> got(count, 0);
+      for (int prev = -1;;) {
+        const int s = sparrowSparseBcast(nullptr, got.data(), count, sparrowBfloat16, 0, jc, nullptr) == sparrowSuccess
+                          ? step_of(got) : -1;
+        if (s < 0 || (prev >= 0 && s != prev + 1)) {
+          calls[size_t(j)] = -1;
+          break;
+        }
+        calls[size_t(j)]++;
+        prev = s;
+        if (last >= 0 && s >= last) break;
+      }
+      sparrowCommDestroy(jc);
+    });
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(count, 0));
+  std::vector<uint16_t> src(count);  // one buffer: its address keys the root's state
+  std::vector<int> members_when_whole;
+  for (int s = 0, whole = -1; s < 200 && (whole < 0 || s <= whole + kAfterJoin); ++s) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      versions.push_back(weights(s, count));
+      src = versions.back();
+    }
+    std::vector<sparrowResult_t> rc(n, sparrowInternalError);
+    std::vector<std::thread> ts;
+    for (int r = 1; r < n; ++r)
+      ts.emplace_back([&, r] {
+        rc[size_t(r)] =
+            sparrowSparseBcast(nullptr, dst[size_t(r)].data(), count, sparrowBfloat16, 0, c[size_t(r)], nullptr);
+      });
+    rc[0] = sparrowSparseBcast(src.data(), nullptr, count, sparrowBfloat16, 0, c[0], nullptr);
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << " step " << s;
+    for (int r = 1; r < n; ++r) ASSERT_EQ(dst[size_t(r)], src) << "rank " << r << " step " << s;
+    ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+    if (nlive == slots && whole < 0) {
+      whole = s;
+      last = s + kAfterJoin;
+      members_when_whole.assign(live, live + nlive);
+    }
+  }
+  for (auto& t : joiners) t.join();
+  EXPECT_EQ(members_when_whole, (std::vector<int>{0, 1, 2, 3, 4}));
+  std::sort(slot.begin(), slot.end());
+  EXPECT_EQ(slot, (std::vector<int>{3, 4})) << "-2: the join failed";
+  for (int j = 0; j < 2; ++j) EXPECT_GT(calls[size_t(j)], kAfterJoin) << "-1: a call failed or brought other bits";
+  ASSERT_EQ(sparrowCommGetMembers(c[2], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(nlive, slots) << "a receiver learns the members from the header";
+  for (int r = 0; r < n; ++r) sparrowCommDestroy(c[size_t(r)]);
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_MAX_RANKS"}) unsetenv(v);
   sparrow::params::clear_overrides();
 }
 
