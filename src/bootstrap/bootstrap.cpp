@@ -85,9 +85,7 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     auto& b = bufs_[c];
     if (h.offset + h.len != b.size()) return;  // registrations are single-fragment
     if (h.key.sub == kSubLookup) {
-      reply_locked(c, table_msg_ ? table_msg_ : error_table(serves_lookups_ || table_.empty()
-                                                                 ? "the communicator is not complete yet"
-                                                                 : "the communicator is not elastic: nobody can join it"));
+      reply_locked(c, table_msg_ ? table_msg_ : error_table(no_lookups_locked()));
       return;
     }
     if (h.key.sub == kSubFree) return reply_locked(c, take_free_locked(c, b));
@@ -202,11 +200,15 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
       it = std::count(free_.begin(), free_.end(), it->first) ? std::next(it) : claimed_.erase(it);
     return ok_table(0);
   }
+  // Why a joiner cannot look the communicator up (yet).
+  std::string no_lookups_locked() const {
+    if (table_.empty() || registered_ < nranks_) return kNotComplete;
+    return "the communicator is not elastic: nobody can join it";
+  }
   // A joiner's claim (u32: how long it may take to be admitted, ms): the lowest free slot nobody
   // claimed within their own time, which is then the joiner's for its time.
   std::shared_ptr<std::vector<uint8_t>> claim_locked(const std::vector<uint8_t>& b) {
-    if (!serves_lookups_) return error_table(table_.empty() ? "the communicator is not complete yet"
-                                                            : "the communicator is not elastic: nobody can join it");
+    if (!serves_lookups_) return error_table(no_lookups_locked());
     format::ByteReader r(b, "slot claim");
     uint32_t ttl_ms = 0;
     if (Status s = r.u32(&ttl_ms); !s.ok()) return error_table(s.message());

@@ -47,7 +47,9 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
                                        transport::Deadline d, int slots = 0);
 
 // An elastic communicator's table, from its store (which serves for as long as its process runs),
-// for a process that joins as `rank` (sparrowCommJoin).
+// for a process that joins as `rank` (sparrowCommJoin); kInvalidUsage with kNotComplete in the
+// message while its ranks are still registering.
+inline constexpr const char* kNotComplete = "the communicator is not complete yet";
 Result<std::vector<RankInfo>> lookup(const IdData& id, int rank, transport::Deadline d);
 
 // sparrowCommJoin with *rank = -1: a free slot (one rank 0 let go of) from the store, held for the

@@ -150,7 +150,14 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
   SPARROW_ASSIGN_OR_RETURN(bootstrap::IdData idd, bootstrap::decode_id(id));
   std::unique_ptr<Comm> c(new Comm());
   auto d = c->deadline();
-  SPARROW_ASSIGN_OR_RETURN(auto table, bootstrap::lookup(idd, rank, d));
+  // A joiner started beside the ranks may ask before they all registered: ask again meanwhile.
+  auto found = bootstrap::lookup(idd, rank, d);
+  while (!found.ok() && found.status().message().find(bootstrap::kNotComplete) != std::string::npos &&
+         transport::Clock::now() < d) {
+    poll(nullptr, 0, 50);  // a retry interval, not a synchronisation
+    found = bootstrap::lookup(idd, rank, d);
+  }
+  SPARROW_ASSIGN_OR_RETURN(auto table, std::move(found));
   const int n = int(table.size());
   if (!table[0].elastic) return Error(Code::kInvalidUsage, "sparrowCommJoin: the communicator is not elastic");
   if (rank == -1) {

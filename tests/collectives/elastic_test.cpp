@@ -62,7 +62,13 @@ struct Plan {
   size_t count = kCount;  // bf16 elements per step
   bool joiner_keeps = false;  // the joiner starts with the version the victim held (a restarted worker
                               // that kept its weights): it must catch up by deltas, not a snapshot
+  bool grow = false;  // nobody dies: the joiner takes vacant slot n (the ranks run with SPARROW_MAX_RANKS
+                      // = n + 1), asking once the root reached fault_step (needs rejoin)
 };
+
+// The slot the joiner takes, and the members once it is in.
+int joiner_slot(const Plan& p) { return p.grow ? p.n : p.victim; }
+int members_when_whole(const Plan& p) { return p.grow ? p.n + 1 : p.n; }
 
 // One step's call on any rank (the root's buffer is both send and receive buffer).
 sparrowResult_t step_call(const Plan& p, sparrowComm_t comm, const void* send, void* recv) {
@@ -106,7 +112,7 @@ std::vector<sparrowComm_t> open_threads(const sparrowUniqueId& id, int n, int le
 // The root: every step must succeed (unless the plan kills it); then it writes each step's seconds
 // and the members to `out`, and waits for a byte on `hold` before it goes (a dropped rank that was
 // stopped is resumed meanwhile and must learn from the root that it is out).
-int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
+int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold, int go) {
   sparrowComm_t comm = open_comm(id, 0, p.n);
   if (!comm) return 3;
   std::vector<double> took;
@@ -115,6 +121,7 @@ int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
   bool seen_drop = false;
   for (int s = 0; s < (p.rejoin ? kMaxSteps : p.steps); ++s) {
     if (p.fault == Fault::kRootDies && s == p.fault_step) raise(SIGKILL);
+    if (p.grow && s == p.fault_step && (write(go, "x", 1) != 1 || close(go) != 0)) return 8;  // the joiner's go
     const auto next = weights(s, p.count);
     std::copy(next.begin(), next.end(), w.begin());
     auto t0 = std::chrono::steady_clock::now();
@@ -125,8 +132,8 @@ int root_body(const sparrowUniqueId& id, const Plan& p, int out, int hold) {
       return 10 + std::min(s, 80);
     }
     if (sparrowCommGetMembers(comm, members, 64, &nlive) != sparrowSuccess) return 4;
-    seen_drop = seen_drop || nlive < p.n;
-    if (p.rejoin && seen_drop && nlive == p.n && whole_again < 0) whole_again = s;  // the joiner's first step
+    seen_drop = seen_drop || nlive < p.n || p.grow;
+    if (p.rejoin && seen_drop && nlive == members_when_whole(p) && whole_again < 0) whole_again = s;  // its first step
     if (p.rejoin && whole_again >= 0 && s == whole_again + kAfterJoin) break;
   }
   if (p.rejoin && whole_again < 0) return 7;  // nobody joined
@@ -202,17 +209,18 @@ int receiver_body(const sparrowUniqueId& id, const Plan& p, int rank) {
 int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
   char b;
   if (read(go, &b, 1) != 1) return 2;
-  set_region(p, p.victim);
+  const int slot = joiner_slot(p);
+  set_region(p, slot);
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
   cfg.elastic = 1;
-  int rank = p.any_slot ? -1 : p.victim;
+  int rank = p.any_slot ? -1 : slot;
   sparrowComm_t comm = nullptr;
-  if (sparrowCommJoin(&comm, id, &cfg, &rank) != sparrowSuccess || rank != p.victim) {
+  if (sparrowCommJoin(&comm, id, &cfg, &rank) != sparrowSuccess || rank != slot) {
     fprintf(stderr, "join (got slot %d): %s\n", rank, sparrowGetLastError(nullptr));
     return 29;
   }
   int mine = -1;
-  if (sparrowCommUserRank(comm, &mine) != sparrowSuccess || mine != p.victim) return 28;
+  if (sparrowCommUserRank(comm, &mine) != sparrowSuccess || mine != slot) return 28;
   std::vector<uint16_t> buf = p.joiner_keeps ? weights(p.fault_step - 1, p.count) : std::vector<uint16_t>(p.count, 0);
   int s0 = -1;
   for (int k = 0; k <= kAfterJoin; ++k) {
@@ -261,6 +269,7 @@ Outcome run(const Plan& p) {
   setenv("SPARROW_TIMEOUT_S", "30", 1);
   setenv("SPARROW_CHUNK_ELEMS", "65536", 1);  // 16 parts per step: a death can land between them
   setenv("SPARROW_SEGMENT_BYTES", "65536", 1);  // 32 dense segments per step, likewise
+  if (p.grow) setenv("SPARROW_MAX_RANKS", std::to_string(p.n + 1).c_str(), 1);
   sparrow::params::clear_overrides();
   signal(SIGPIPE, SIG_IGN);  // a rank that died early must not take the test down with it
   int out[2], hold[2];
@@ -300,7 +309,7 @@ Outcome run(const Plan& p) {
       sparrowUniqueId id;
       if (r == 0) {
         if (sparrowGetUniqueId(&id) != sparrowSuccess || write(up[1], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
-        _exit(root_body(id, p, out[1], hold[0]));
+        _exit(root_body(id, p, out[1], hold[0], go[1]));
       }
       if (read(idp[0], &id, sizeof id) != ssize_t(sizeof id)) _exit(2);
       _exit(receiver_body(id, p, r));
@@ -323,16 +332,16 @@ Outcome run(const Plan& p) {
   o.exit.assign(size_t(p.n), 0);
   if (p.rejoin) {  // the victim dies first (it kills itself), then the new process joins its slot
     int st = 0;
-    waitpid(pids[size_t(p.victim)], &st, 0);
-    o.exit[size_t(p.victim)] = exit_code(st);
-    EXPECT_EQ(write(go[1], "x", 1), 1);
+    if (!p.grow) waitpid(pids[size_t(p.victim)], &st, 0);
+    if (!p.grow) o.exit[size_t(p.victim)] = exit_code(st);
+    if (!p.grow) EXPECT_EQ(write(go[1], "x", 1), 1);  // (growing, the root says when)
     close(go[1]);
   }
   int nlive = 0, nsteps = 0;
   if (read(out[0], &nsteps, sizeof nsteps) == ssize_t(sizeof nsteps) && nsteps > 0 && nsteps <= kMaxSteps) o.took.assign(size_t(nsteps), -1);
   if (!o.took.empty() &&
       read(out[0], o.took.data(), o.took.size() * sizeof(double)) == ssize_t(o.took.size() * sizeof(double)) &&
-      read(out[0], &nlive, sizeof nlive) == ssize_t(sizeof nlive) && nlive > 0 && nlive <= p.n) {
+      read(out[0], &nlive, sizeof nlive) == ssize_t(sizeof nlive) && nlive > 0 && nlive <= members_when_whole(p)) {
     o.members.resize(size_t(nlive));
     EXPECT_EQ(read(out[0], o.members.data(), o.members.size() * sizeof(int)), ssize_t(nlive * sizeof(int)));
   }
@@ -359,7 +368,8 @@ Outcome run(const Plan& p) {
   }
   close(out[0]);
   close(hold[1]);
-  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TIMEOUT_S", "SPARROW_CHUNK_ELEMS", "SPARROW_SEGMENT_BYTES"})
+  for (const char* v : {"SPARROW_PROBE_MS", "SPARROW_ALGO", "SPARROW_TIMEOUT_S", "SPARROW_CHUNK_ELEMS",
+                        "SPARROW_SEGMENT_BYTES", "SPARROW_MAX_RANKS"})
     unsetenv(v);
   sparrow::params::clear_overrides();
   return o;
@@ -585,6 +595,23 @@ TEST(Elastic, JoinerGetsItsFullVersionFromAMemberOfItsRegion) {
   EXPECT_EQ(o.exit[2], 0);
   EXPECT_EQ(o.joiner_exit, 0) << "27: the whole version did not come from rank 2; 29: the join failed; 30 + k: call k";
   EXPECT_EQ(o.members, all_but(p.n, -1));
+}
+
+// The communicator grows (SPARROW_MAX_RANKS = 4 for 3 ranks in regions a,a,b): a new process in
+// region b joins vacant slot 3 while nobody died; its first, full version comes from rank 2, its
+// region's member, not across the WAN from the root; every rank gets every step.
+TEST(Elastic, NewProcessGrowsTheCommunicatorAndIsSeededInItsRegion) {
+  Plan p;
+  p.n = 3;
+  p.algo = "region_tree";
+  p.regions = "aabb";  // (the joiner's, slot 3: b)
+  p.seeder = 2;
+  p.rejoin = true;
+  p.grow = true;
+  Outcome o = run(p);
+  for (int r = 0; r < p.n; ++r) EXPECT_EQ(o.exit[size_t(r)], 0) << "rank " << r;
+  EXPECT_EQ(o.joiner_exit, 0) << "27: the whole version did not come from rank 2; 29: the join failed; 30 + k: call k";
+  EXPECT_EQ(o.members, (std::vector<int>{0, 1, 2, 3}));
 }
 
 // The root dies between steps: every receiver returns sparrowPeerLost within the lease, its buffer
