@@ -93,6 +93,9 @@ TEST(Store, WrongSecretCannotJoin) {
 TEST(Store, SlotsPastTheRanksAreVacantAndRanksMustAgreeOnThem) {
   auto id = create_id();
   ASSERT_TRUE(id.ok());
+  auto early = lookup(id.value(), 3, transport::deadline_in(10));  // a joiner before the ranks: ask again
+  EXPECT_EQ(early.status().code(), Code::kInvalidUsage);
+  EXPECT_NE(early.status().message().find(kNotComplete), std::string::npos) << early.status().to_string();
   std::vector<Result<std::vector<RankInfo>>> res(2, Status(Code::kInternalError, "not run"));
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r)
