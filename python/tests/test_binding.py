@@ -469,6 +469,76 @@ def test_join_takes_the_slot_of_a_dropped_rank_and_gets_whole_then_deltas(dense)
         cc.destroy()
 
 
+GROW = textwrap.dedent("""
+    import os, sys, threading
+    sys.path.insert(0, os.environ["SPARROW_TEST_PKG"])
+    import torch, sparrow
+    n, count = 2, 50000
+    uid = sparrow.get_unique_id()
+    comms = [None] * n
+    ts = [threading.Thread(target=lambda r=r: comms.__setitem__(
+        r, sparrow.Communicator(n, uid, r, elastic=True, lease_ms=1000))) for r in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert all(c is not None for c in comms)
+    assert comms[1].size == 3 and comms[0].members() == [0, 1], (comms[1].size, comms[0].members())
+    src = torch.zeros(count, dtype=torch.bfloat16)
+    dst = torch.zeros(count, dtype=torch.bfloat16)
+
+    def version(step):
+        v = torch.zeros(count, dtype=torch.int16)
+        v[: (step + 1) * 100] = step + 1
+        return v.view(torch.bfloat16)
+
+    joined, got = {}, []
+
+    def joiner():
+        try:
+            c = sparrow.Communicator.join(uid, None)
+            joined["comm"] = c
+            buf = torch.zeros(count, dtype=torch.bfloat16)
+            for _ in range(3):
+                c.sparse_broadcast(buf, root=0)
+                got.append(buf.clone())
+        except sparrow.Error as e:
+            joined["error"] = e
+    jt = threading.Thread(target=joiner)
+    jt.start()
+    s, first = 0, None
+    while s < 300 and (first is None or s < first + 3):
+        src.copy_(version(s))
+        r1 = threading.Thread(target=lambda: comms[1].sparse_broadcast(dst, root=0))
+        r1.start()
+        comms[0].sparse_broadcast(src, root=0)
+        r1.join(timeout=120)
+        assert torch.equal(dst.view(torch.int16), version(s).view(torch.int16)), f"step {s}"
+        if first is None and comms[0].members() == [0, 1, 2]:
+            first = s  # the operation that admitted the joiner: its first
+        s += 1
+    jt.join(timeout=120)
+    assert "error" not in joined, joined
+    assert first is not None, "the joiner was never admitted"
+    c = joined["comm"]
+    assert c.rank == 2 and c.size == 3 and c.members() == [0, 1, 2], (c.rank, c.size, c.members())
+    for k, b in enumerate(got):
+        assert torch.equal(b.view(torch.int16), version(first + k).view(torch.int16)), f"joiner call {k}"
+    for cc in [c, comms[0], comms[1]]:
+        cc.destroy()
+    print("grown", flush=True)
+""")
+
+
+def test_join_grows_the_communicator_into_a_vacant_slot():
+    """SPARROW_MAX_RANKS=3 for 2 ranks (in a process of its own: settings are read once per process):
+    size is 3 and slot 2 starts vacant; a joiner with rank=None takes it while nobody died, and gets
+    every later step bit-exact."""
+    env = dict(os.environ, SPARROW_TEST_PKG=PKG, SPARROW_MAX_RANKS="3", SPARROW_TIMEOUT_S="20")
+    r = subprocess.run([sys.executable, "-c", GROW], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "grown" in r.stdout, r.stdout + r.stderr
+
+
 def test_join_arguments_are_checked():
     uid = sparrow.get_unique_id()
     for bad in (0, -1, True, "2"):
