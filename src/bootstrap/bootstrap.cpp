@@ -134,10 +134,6 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     if (nranks != nranks_)
       return "rank " + std::to_string(rank) + " says there are " + std::to_string(nranks) + " ranks, rank " +
              std::to_string(first_rank_) + " said " + std::to_string(nranks_);
-    if (g.slots != slots_)
-      return "rank " + std::to_string(rank) + " lets the communicator grow to " + std::to_string(g.slots) +
-             " ranks, rank " + std::to_string(first_rank_) + " to " + std::to_string(slots_) +
-             " (SPARROW_MAX_RANKS must be the same on every rank)";
     if (rank >= nranks) return "rank " + std::to_string(rank) + " out of range for " + std::to_string(nranks) + " ranks";
     if (table_.empty()) {
       table_.resize(nranks);
@@ -152,6 +148,10 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     if (registered_ > 0 && (g.info.elastic != first.elastic || g.info.lease_ms != first.lease_ms))
       return kind_desc(rank, g.info) + ", but " + kind_desc(first_rank_, first) +
              ": every rank must create it with the same elastic and leaseMs";
+    if (g.slots != slots_)  // (after the kind: a fixed communicator has no slots past its ranks)
+      return "rank " + std::to_string(rank) + " lets the communicator grow to " + std::to_string(g.slots) +
+             " ranks, rank " + std::to_string(first_rank_) + " to " + std::to_string(slots_) +
+             " (SPARROW_MAX_RANKS must be the same on every rank)";
     return "";
   }
   // Every rank registered: the table to each of them, with a vacant entry (no address) for every
