@@ -12,6 +12,9 @@
 // a worker dies) and joins again at once as a new communicator (sparrowCommJoin, any free slot), as
 // a restarted worker would; the root prints where the joiner's first, full version came from (bytes
 // per peer: the root across the WAN, or a member of its own region).
+// --fault grow: nobody fails; the last MPI rank is not a member at first (the communicator has the
+// others, and room for one more: SPARROW_MAX_RANKS) and joins at --stall-step into the vacant slot,
+// as a worker added to a running job would; the same figures as rejoin.
 // --dense: every step a dense sparrowBroadcast of the whole buffer instead of a sparse step.
 #include <getopt.h>
 #include <mpi.h>
@@ -45,6 +48,9 @@ struct Opts {
   bool dense = false;
 };
 
+// rejoin and grow: a rank takes part again, or for the first time, with sparrowCommJoin.
+bool joins(const Opts& o) { return o.fault == "rejoin" || o.fault == "grow"; }
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 Opts parse(int argc, char** argv) {
@@ -66,13 +72,13 @@ Opts parse(int argc, char** argv) {
       case 'f':
         o.fault = optarg;
         if (o.fault != "sigstop" && o.fault != "stall" && o.fault != "partition" && o.fault != "partition-region" &&
-            o.fault != "rejoin")
-          sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition, partition-region or rejoin");
+            o.fault != "rejoin" && o.fault != "grow")
+          sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition, partition-region, rejoin or grow");
         break;
       case 'd': o.dense = true; break;
       case 'h':
         printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
-               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin] [--dense]\n"
+               "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin|grow] [--dense]\n"
                "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
                "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
                "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
@@ -86,7 +92,9 @@ Opts parse(int argc, char** argv) {
                "                   (its communicator aborted) and joins again at once with sparrowCommJoin;\n"
                "                   (the root waits one lease before the next step, as a training step would);\n"
                "                   the output shows the bytes its first, full version took from each peer\n"
-               "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison)\n"
+               "                   (SPARROW_SEED_FROM_REGION=0: always from the root, for comparison); grow:\n"
+               "                   nobody fails, the last rank joins a vacant slot at --stall-step (the others\n"
+               "                   start without it, with SPARROW_MAX_RANKS = the MPI ranks), same output\n"
                "  --dense          every step a dense sparrowBroadcast of the whole buffer (with rejoin, the\n"
                "                   joiner's first call is one too)\n",
                kProg);
@@ -94,6 +102,8 @@ Opts parse(int argc, char** argv) {
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
     }
   }
+  if (o.fault == "grow" && o.stall_rank >= 0)
+    sparrow::args::bad(kProg, "--stall-rank", std::to_string(o.stall_rank).c_str(), "not with --fault grow (the last rank joins)");
   if (o.stall_step > o.steps - 2)
     sparrow::args::bad(kProg, "--stall-step", std::to_string(o.stall_step).c_str(), "at most --steps - 2");
   if (o.stall_ms == 0) o.stall_ms = 3 * o.lease_ms;
@@ -168,7 +178,7 @@ struct Joined {
 Joined leave_and_rejoin(const Opts& o, const sparrowUniqueId& id, sparrowConfig_t cfg, sparrowComm_t* comm,
                         std::vector<uint16_t>& buf, std::vector<double>* done, std::vector<int>* rc) {
   Joined j;
-  sparrowCommAbort(*comm);
+  if (*comm) sparrowCommAbort(*comm);  // (growing, it had none)
   *comm = nullptr;
   int slot = -1;
   const double tj = now();
@@ -230,6 +240,7 @@ struct Report {
     for (int r = 1; r < n; ++r) regions[region[size_t(r)]]++;
     char what[128];
     if (o.fault == "rejoin") snprintf(what, sizeof what, "leaves at step %d and joins again", o.stall_step);
+    else if (o.fault == "grow") snprintf(what, sizeof what, "joins a vacant slot at step %d", o.stall_step);
     else
       snprintf(what, sizeof what, "stalls %d ms at step %d (%s)", o.stall_ms, o.stall_step,
                o.fault == "sigstop"       ? "SIGSTOP"
@@ -249,7 +260,7 @@ struct Report {
         if (any) printf(" %12.1f", region_step(g, s) * 1e3);
         else printf(" %12s", "lost");
       }
-      printf("%s\n", s == o.stall_step ? (o.fault == "rejoin" ? "   <- leaves" : "   <- stall") : "");
+      printf("%s\n", s == o.stall_step ? (o.fault == "rejoin" ? "   <- leaves" : o.fault == "grow" ? "   <- joins" : "   <- stall") : "");
     }
     int failed = 0;
     for (int r = 1; r < n; ++r)
@@ -270,17 +281,20 @@ struct Report {
              g.c_str(), nm * 1e3, hit * 1e3, hit / nm, limit * 1e3, hit <= limit ? "within" : "EXCEEDED");
     }
     printf("# survivors' failed calls: %d\n", failed);
-    if (o.fault == "rejoin") print_join();
-    return failed || exceeded || (o.fault == "rejoin" && join_step < 0) ? 1 : 0;
+    if (joins(o)) print_join();
+    return failed || exceeded || (joins(o) && join_step < 0) ? 1 : 0;
   }
   void print_join() const {
+    const bool grow = o.fault == "grow";
     if (join_step < 0) {
-      printf("# rank %d left at step %d and did not take part again\n", victim, o.stall_step);
+      printf("# rank %d %s at step %d and did not take part %s\n", victim, grow ? "was to join" : "left", o.stall_step,
+             grow ? "at all" : "again");
       return;
     }
-    printf("# rank %d (region %s) left at step %d and joined again (sparrowCommJoin took %.1f ms); its first step %d "
+    printf("# rank %d (region %s) %s at step %d (sparrowCommJoin took %.1f ms); its first step %d "
            "(a full version) took %.1f ms; bytes received in it:",
-           victim, region[size_t(victim)].c_str(), o.stall_step, join_s * 1e3, join_step, first_s * 1e3);
+           victim, region[size_t(victim)].c_str(), grow ? "joined a vacant slot" : "left and joined again", o.stall_step,
+           join_s * 1e3, join_step, first_s * 1e3);
     for (int r = 0; r < n; ++r)
       if (r != victim && join_bytes[size_t(r)] > 0)
         printf(" from rank %d (%s%s) %.0f", r, region[size_t(r)].c_str(), r == 0 ? ", the root" : "", join_bytes[size_t(r)]);
@@ -301,7 +315,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  if (o.fault != "sigstop" && o.fault != "rejoin" && (!getenv("WANEMU_CONTROL") || !getenv("WANEMU_BIN") || !getenv("WANEMU_RANK"))) {
+  if (o.fault != "sigstop" && !joins(o) && (!getenv("WANEMU_CONTROL") || !getenv("WANEMU_BIN") || !getenv("WANEMU_RANK"))) {
     if (rank == 0) fprintf(stderr, "%s: --fault %s needs the namespace emulator (scripts/wanemu-mpirun.sh)\n", kProg, o.fault.c_str());
     MPI_Finalize();
     return 2;
@@ -317,7 +331,10 @@ int main(int argc, char** argv) {
   cfg.elastic = 1;
   cfg.leaseMs = o.lease_ms;
   sparrowComm_t comm = nullptr;
-  if (sparrowCommInitRankConfig(&comm, n, id, rank, &cfg) != sparrowSuccess) {
+  // grow: the last rank joins later; the others start without it, with room for it.
+  const bool grow = o.fault == "grow";
+  if (grow) setenv("SPARROW_MAX_RANKS", std::to_string(n).c_str(), 1);
+  if ((!grow || rank < n - 1) && sparrowCommInitRankConfig(&comm, grow ? n - 1 : n, id, rank, &cfg) != sparrowSuccess) {
     fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(nullptr));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -327,14 +344,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < count; ++i) buf[i] = uint16_t(0x3c00 + (i * 2654435761u >> 20) % 1024);
   std::vector<double> t0(size_t(o.steps)), done(size_t(o.steps));
   std::vector<int> rc(size_t(o.steps));
-  int victim = o.stall_rank;
+  int victim = grow ? n - 1 : o.stall_rank;
   std::vector<bool> lost(static_cast<size_t>(n), false);
   Joined joined;
   for (int s = 0; s < o.steps; ++s) {
     if (rank == 0 && s > 0) sparrow::gen::mutate_exact(buf.data(), count, 2, o.density, uint64_t(s));
     if (rank == 0) buf[0] = uint16_t(s);  // the step, for a joiner that does not know which it got
     if (s == 1) {  // after the first (full) step: every rank knows its children; pick the victim
-      int mine = rank != 0 && has_children(comm) ? rank : n, first = n;
+      int mine = rank != 0 && comm && has_children(comm) ? rank : n, first = n;
       MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       if (victim < 0) victim = first < n ? first : 1;
       if (victim >= n) MPI_Abort(MPI_COMM_WORLD, 2);
@@ -346,14 +363,18 @@ int main(int argc, char** argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
       }
     }
-    if (rank == victim && s == o.stall_step && o.fault == "rejoin") {
+    // grow: the joiner waits for the root to reach the step (it takes no part in the ones before).
+    if (grow && rank == 0 && s == o.stall_step) MPI_Send(&s, 1, MPI_INT, victim, 7, MPI_COMM_WORLD);
+    if (grow && rank == victim && s == o.stall_step) MPI_Recv(&s, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rank == victim && s == o.stall_step && joins(o)) {
       joined = leave_and_rejoin(o, id, cfg, &comm, buf, &done, &rc);
       break;
     }
     if (rank == victim && s == o.stall_step) inject(o);
+    if (grow && rank == victim) continue;  // not a member yet
     // rejoin: the root leaves the joiner one lease before the next step (a trainer's step between two
     // syncs), so that its join request is there when that step admits it.
-    if (rank == 0 && o.fault == "rejoin" && s == o.stall_step + 1) usleep(useconds_t(o.lease_ms) * 1000);
+    if (rank == 0 && joins(o) && s == o.stall_step + 1) usleep(useconds_t(o.lease_ms) * 1000);
     t0[size_t(s)] = now();
     rc[size_t(s)] = step_call(o, comm, buf, rank == 0);
     done[size_t(s)] = now();
@@ -363,7 +384,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
   }
   Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim, lost};
-  if (o.fault == "rejoin") {  // the joiner's figures to the root
+  if (joins(o)) {  // the joiner's figures to the root
     double mine[3] = {double(joined.first_step), joined.join_s, joined.first_s}, got[3] = {-1, -1, -1};
     MPI_Reduce(mine, got, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     rep.join_step = int(got[0]);
@@ -378,7 +399,7 @@ int main(int argc, char** argv) {
   // Survivors hold the root's last version.
   uint64_t h = XXH3_64bits(buf.data(), count * 2), h0 = h;
   MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  const bool back = o.fault == "rejoin" && rank == victim && joined.first_step >= 0;  // must hold it too
+  const bool back = joins(o) && rank == victim && joined.first_step >= 0;  // must hold it too
   int wrong = (!lost[size_t(rank)] || back) && h != h0, wrong_sum = 0;
   MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   int exit_code = 0;
@@ -387,9 +408,9 @@ int main(int argc, char** argv) {
     exit_code = rep.print();
     int members[1024], nlive = 0;
     sparrowCommGetMembers(comm, members, 1024, &nlive);
-    const int nlost = o.fault == "rejoin" && rep.join_step >= 0 ? 0 : int(std::count(lost.begin(), lost.end(), true));
+    const int nlost = joins(o) && rep.join_step >= 0 ? 0 : int(std::count(lost.begin(), lost.end(), true));
     printf("# members at the end: %d of %d (%d lost to the fault); %s with other bits than the root: %d\n", nlive, n,
-           nlost, o.fault == "rejoin" ? "survivors and the joiner" : "survivors", wrong_sum);
+           nlost, joins(o) ? "survivors and the joiner" : "survivors", wrong_sum);
     if (wrong_sum || nlive != n - nlost) exit_code = 1;  // the lost ranks must have been dropped, and only they
   }
   sparrowCommDestroy(comm);
