@@ -43,6 +43,27 @@ Status get_str(format::ByteReader& r, std::string* s) {
   s->assign(reinterpret_cast<const char*>(p), n);
   return Status::Ok();
 }
+// A rank's entry, as registered and in the table.
+void put_info(std::vector<uint8_t>& o, const RankInfo& ri) {
+  format::put_u32(o, uint32_t(ri.nstreams));
+  format::put_u32(o, uint32_t(ri.elastic));
+  format::put_u32(o, uint32_t(ri.lease_ms));
+  put_str(o, ri.address);
+  put_str(o, ri.host);
+  put_str(o, ri.region);
+}
+Status get_info(format::ByteReader& r, RankInfo* ri) {
+  uint32_t nstreams, elastic, lease;
+  SPARROW_RETURN_IF_ERROR(r.u32(&nstreams));
+  SPARROW_RETURN_IF_ERROR(r.u32(&elastic));
+  SPARROW_RETURN_IF_ERROR(r.u32(&lease));
+  ri->nstreams = int(nstreams);
+  ri->elastic = int(elastic);
+  ri->lease_ms = int(lease);
+  SPARROW_RETURN_IF_ERROR(get_str(r, &ri->address));
+  SPARROW_RETURN_IF_ERROR(get_str(r, &ri->host));
+  return get_str(r, &ri->region);
+}
 
 // The store: a TCP backend of its own whose sink collects registrations.
 class Store : public transport::FrameSink, public std::enable_shared_from_this<Store> {
@@ -108,20 +129,10 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   };
   static Status parse_registration(const std::vector<uint8_t>& b, Registration* g) {
     format::ByteReader r(b, "registration");
-    uint32_t nstreams, elastic = 0, lease = 0;
     SPARROW_RETURN_IF_ERROR(r.u32(&g->rank));
     SPARROW_RETURN_IF_ERROR(r.u32(&g->nranks));
     SPARROW_RETURN_IF_ERROR(r.u32(&g->slots));
-    SPARROW_RETURN_IF_ERROR(r.u32(&nstreams));
-    SPARROW_RETURN_IF_ERROR(r.u32(&elastic));
-    SPARROW_RETURN_IF_ERROR(r.u32(&lease));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.address));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.host));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &g->info.region));
-    g->info.nstreams = int(nstreams);
-    g->info.elastic = int(elastic);
-    g->info.lease_ms = int(lease);
-    return Status::Ok();
+    return get_info(r, &g->info);
   }
   // Why `g` does not fit the registrations so far ("" when it does; the first one sets the shape).
   std::string admit_locked(const Registration& g) {
@@ -161,15 +172,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     format::put_u32(t, 0);
     format::put_u32(t, slots_);
     const RankInfo& first = table_[first_rank_];
-    for (uint32_t r = 0; r < slots_; ++r) {
-      const RankInfo ri = r < nranks_ ? table_[r] : RankInfo{"", "", "", first.nstreams, first.elastic, first.lease_ms};
-      format::put_u32(t, uint32_t(ri.nstreams));
-      format::put_u32(t, uint32_t(ri.elastic));
-      format::put_u32(t, uint32_t(ri.lease_ms));
-      put_str(t, ri.address);
-      put_str(t, ri.host);
-      put_str(t, ri.region);
-    }
+    for (uint32_t r = 0; r < slots_; ++r)
+      put_info(t, r < nranks_ ? table_[r] : RankInfo{"", "", "", first.nstreams, first.elastic, first.lease_ms});
     auto shared = std::make_shared<std::vector<uint8_t>>(std::move(t));
     for (auto* w : who_) reply_locked(w, shared);
     if (first.elastic) {
@@ -380,18 +384,7 @@ Result<std::vector<RankInfo>> parse_table(const std::vector<uint8_t>& bytes, int
     return Error(Code::kInvalidUsage, "rendezvous table has " + std::to_string(n) + " ranks");
   if (n == 0 || n > kMaxSlots) return CorruptData("rendezvous table of " + std::to_string(n) + " ranks");
   std::vector<RankInfo> out(n);
-  for (auto& ri : out) {
-    uint32_t ns, el, lease;
-    SPARROW_RETURN_IF_ERROR(r.u32(&ns));
-    SPARROW_RETURN_IF_ERROR(r.u32(&el));
-    SPARROW_RETURN_IF_ERROR(r.u32(&lease));
-    ri.nstreams = int(ns);
-    ri.elastic = int(el);
-    ri.lease_ms = int(lease);
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.address));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.host));
-    SPARROW_RETURN_IF_ERROR(get_str(r, &ri.region));
-  }
+  for (auto& ri : out) SPARROW_RETURN_IF_ERROR(get_info(r, &ri));
   return out;
 }
 }  // namespace
@@ -403,12 +396,7 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
   format::put_u32(reg, uint32_t(rank));
   format::put_u32(reg, uint32_t(nranks));
   format::put_u32(reg, uint32_t(slots));
-  format::put_u32(reg, uint32_t(me.nstreams));
-  format::put_u32(reg, uint32_t(me.elastic));
-  format::put_u32(reg, uint32_t(me.lease_ms));
-  put_str(reg, me.address);
-  put_str(reg, me.host);
-  put_str(reg, me.region);
+  put_info(reg, me);
   auto t = ask_store(id, rank, kSubRegister, reg, d);
   if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
   return parse_table(t.value(), slots);
