@@ -302,6 +302,62 @@ struct Report {
   }
 };
 
+// Every rank: its times, results, the joiner's figures and the hash of its buffer to the root, which
+// prints the report; the exit status (the root's verdict, 0 elsewhere).
+int gather_and_report(Report& rep, int rank, sparrowComm_t comm, const std::vector<uint16_t>& buf,
+                      const std::vector<double>& done, const std::vector<int>& rc, Joined joined,
+                      const std::vector<char>& regions) {
+  const Opts& o = rep.o;
+  const int n = rep.n;
+  if (joins(o)) {  // the joiner's figures to the root
+    double mine[3] = {double(joined.first_step), joined.join_s, joined.first_s}, got[3] = {-1, -1, -1};
+    MPI_Reduce(mine, got, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    rep.join_step = int(got[0]);
+    rep.join_s = got[1];
+    rep.first_s = got[2];
+    joined.bytes.resize(size_t(n), 0);
+    rep.join_bytes.assign(size_t(n), 0);
+    MPI_Reduce(joined.bytes.data(), rep.join_bytes.data(), n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  }
+  MPI_Gather(done.data(), o.steps, MPI_DOUBLE, rep.done.data(), o.steps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(rc.data(), o.steps, MPI_INT, rep.rc.data(), o.steps, MPI_INT, 0, MPI_COMM_WORLD);
+  // Survivors hold the root's last version.
+  uint64_t h = XXH3_64bits(buf.data(), buf.size() * 2), h0 = h;
+  MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  const bool back = joins(o) && rank == rep.victim && joined.first_step >= 0;  // must hold it too
+  int wrong = (!rep.lost[size_t(rank)] || back) && h != h0, wrong_sum = 0;
+  MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int exit_code = 0;
+  if (rank == 0) {
+    for (int r = 0; r < n; ++r) rep.region.emplace_back(&regions[size_t(r) * 64]);
+    exit_code = rep.print();
+    int members[1024], nlive = 0;
+    sparrowCommGetMembers(comm, members, 1024, &nlive);
+    const int nlost = joins(o) && rep.join_step >= 0 ? 0 : int(std::count(rep.lost.begin(), rep.lost.end(), true));
+    printf("# members at the end: %d of %d (%d lost to the fault); %s with other bits than the root: %d\n", nlive, n,
+           nlost, joins(o) ? "survivors and the joiner" : "survivors", wrong_sum);
+    if (wrong_sum || nlive != n - nlost) exit_code = 1;  // the lost ranks must have been dropped, and only they
+  }
+  return exit_code;
+}
+
+// The elastic communicator of every rank (grow: of every rank but the last, which joins later, with
+// room for it; it gets none); the id and config, for a later join.
+sparrowComm_t open_comm(const Opts& o, int rank, int n, sparrowUniqueId* id, sparrowConfig_t* cfg) {
+  if (rank == 0 && sparrowGetUniqueId(id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  cfg->elastic = 1;
+  cfg->leaseMs = o.lease_ms;
+  sparrowComm_t comm = nullptr;
+  const bool grow = o.fault == "grow";
+  if (grow) setenv("SPARROW_MAX_RANKS", std::to_string(n).c_str(), 1);
+  if ((!grow || rank < n - 1) && sparrowCommInitRankConfig(&comm, grow ? n - 1 : n, *id, rank, cfg) != sparrowSuccess) {
+    fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return comm;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -325,19 +381,9 @@ int main(int argc, char** argv) {
   std::vector<char> regions(size_t(n) * 64);
   MPI_Allgather(region, 64, MPI_CHAR, regions.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
   sparrowUniqueId id;
-  if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
   sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-  cfg.elastic = 1;
-  cfg.leaseMs = o.lease_ms;
-  sparrowComm_t comm = nullptr;
-  // grow: the last rank joins later; the others start without it, with room for it.
+  sparrowComm_t comm = open_comm(o, rank, n, &id, &cfg);
   const bool grow = o.fault == "grow";
-  if (grow) setenv("SPARROW_MAX_RANKS", std::to_string(n).c_str(), 1);
-  if ((!grow || rank < n - 1) && sparrowCommInitRankConfig(&comm, grow ? n - 1 : n, id, rank, &cfg) != sparrowSuccess) {
-    fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(nullptr));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
   const size_t count = o.bytes / 2;
   std::vector<uint16_t> buf(count);
   if (rank == 0)
@@ -384,35 +430,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d step %d: %s\n", rank, s, sparrowGetLastError(comm));
   }
   Report rep{o, n, t0, std::vector<double>(size_t(n * o.steps)), std::vector<int>(size_t(n * o.steps)), {}, victim, lost};
-  if (joins(o)) {  // the joiner's figures to the root
-    double mine[3] = {double(joined.first_step), joined.join_s, joined.first_s}, got[3] = {-1, -1, -1};
-    MPI_Reduce(mine, got, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    rep.join_step = int(got[0]);
-    rep.join_s = got[1];
-    rep.first_s = got[2];
-    joined.bytes.resize(size_t(n), 0);
-    rep.join_bytes.assign(size_t(n), 0);
-    MPI_Reduce(joined.bytes.data(), rep.join_bytes.data(), n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  }
-  MPI_Gather(done.data(), o.steps, MPI_DOUBLE, rep.done.data(), o.steps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  MPI_Gather(rc.data(), o.steps, MPI_INT, rep.rc.data(), o.steps, MPI_INT, 0, MPI_COMM_WORLD);
-  // Survivors hold the root's last version.
-  uint64_t h = XXH3_64bits(buf.data(), count * 2), h0 = h;
-  MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  const bool back = joins(o) && rank == victim && joined.first_step >= 0;  // must hold it too
-  int wrong = (!lost[size_t(rank)] || back) && h != h0, wrong_sum = 0;
-  MPI_Reduce(&wrong, &wrong_sum, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-  int exit_code = 0;
-  if (rank == 0) {
-    for (int r = 0; r < n; ++r) rep.region.emplace_back(&regions[size_t(r) * 64]);
-    exit_code = rep.print();
-    int members[1024], nlive = 0;
-    sparrowCommGetMembers(comm, members, 1024, &nlive);
-    const int nlost = joins(o) && rep.join_step >= 0 ? 0 : int(std::count(lost.begin(), lost.end(), true));
-    printf("# members at the end: %d of %d (%d lost to the fault); %s with other bits than the root: %d\n", nlive, n,
-           nlost, joins(o) ? "survivors and the joiner" : "survivors", wrong_sum);
-    if (wrong_sum || nlive != n - nlost) exit_code = 1;  // the lost ranks must have been dropped, and only they
-  }
+  const int exit_code = gather_and_report(rep, rank, comm, buf, done, rc, joined, regions);
   sparrowCommDestroy(comm);
   MPI_Finalize();
   return exit_code;
