@@ -279,6 +279,22 @@ double reattach_patience(const topology::Tree& t, int me, double lease_s) {
   return lease_s / 2 * double(depth(me)) / double(deepest);
 }
 
+int adopter_for(const topology::Tree& t, int me) {
+  const auto n = int(t.parent.size());
+  if (me < 0 || me >= n || t.parent[size_t(me)] < 0 || t.region.size() != t.parent.size()) return -1;
+  int hops = 0;
+  for (int a = t.parent[size_t(t.parent[size_t(me)])]; a >= 0 && a != t.root && hops <= n; a = t.parent[size_t(a)], ++hops)
+    if (t.region[size_t(a)] == t.region[size_t(me)]) return a;
+  return -1;
+}
+
+std::vector<int> adoptable_by(const topology::Tree& t, int me) {
+  std::vector<int> v;
+  for (int r = 0; r < int(t.parent.size()); ++r)
+    if (r != me && adopter_for(t, r) == me) v.push_back(r);
+  return v;
+}
+
 Heartbeat::Heartbeat(const OpWire& w, int root, double lease_s) {
   if (lease_s <= 0) return;
   t_ = std::thread([this, w, root, period = std::chrono::duration<double>(lease_s / 4)] {

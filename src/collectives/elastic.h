@@ -57,6 +57,13 @@ Status finish_elastic(Engine& e, const OpWire& w, const BufferKey& key, const st
 // re-attaches (and forwards again) before the grandchildren's patience runs out, and every re-attach
 // happens well within the root's lease for the re-attaching rank.
 double reattach_patience(const topology::Tree& t, int me, double lease_s);
+
+// Sparse operations: should `me`'s parent fail, the rank it asks to adopt it before the root: the
+// nearest rank above the parent in `me`'s region, not the root (-1: none). It holds the parts (it
+// forwarded them to the parent) and is a hop inside the region instead of across the WAN.
+int adopter_for(const topology::Tree& t, int me);
+// The ranks for which `me` is adopter_for (they may ask it to adopt them).
+std::vector<int> adoptable_by(const topology::Tree& t, int me);
 // An elastic receiver's heartbeats to the root while it is inside an operation: every quarter
 // lease, from a thread of its own, whatever the operation is waiting for (a parent that is slow to
 // fill the pipeline, the root's shared uplink), so that the root drops a member that stopped or

@@ -51,7 +51,7 @@ inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vect
 
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
                    kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u,
-                   kHoldsSub = 0xfffffff6u;
+                   kHoldsSub = 0xfffffff6u, kAdoptSub = 0xfffffff7u;
 // Elastic: a rank's k-th heartbeat to the root during a long operation is sub kBeatSub + k (k < 2^24).
 constexpr uint32_t kBeatSub = 0xe0000000u, kMaxBeats = 1u << 24;
 // Elastic: a relay's k-th hold to its children is sub kHoldSub + k (k < 2^24).

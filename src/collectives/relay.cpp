@@ -60,6 +60,18 @@ void Fanout::set_children(std::vector<int> children) {
   live_ = kids_;
 }
 
+void Fanout::adopt(int kid, const std::vector<std::pair<uint32_t, transport::Payload>>& backlog) {
+  for (const auto& [sub, p] : backlog) {
+    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline);
+    if (!q.ok()) return;  // (not a child yet: nothing to drop)
+    std::lock_guard<std::mutex> lk(mu_);
+    reqs_.emplace_back(kid, q.value());
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  kids_.push_back(kid);
+  live_.push_back(kid);
+}
+
 void Fanout::preconnect(transport::Deadline d) {
   std::vector<int> to;
   {
@@ -86,12 +98,77 @@ Status Relay::pass_down(uint32_t sub, Status why) {
   return why;
 }
 
-void Relay::attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s) {
+void Relay::attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s,
+                           int adopter, std::vector<int> adoptable) {
   parent_ = parent;
   out_.set_children(std::move(children));
   root_ = root;
   lease_s_ = lease_s;
   patience_s_ = patience_s;
+  adopter_ = adopter;
+  adoptable_ = std::move(adoptable);
+}
+
+double Relay::adopt_wait_s() const { return std::min(0.5, patience_s_ / 2); }
+
+void Relay::preconnect(transport::Deadline d) {
+  out_.preconnect(d);
+  const auto brief = std::min(d, transport::deadline_in(adopt_wait_s()));
+  for (int r : adoptable_)
+    if (r > w_.net.rank()) (void)w_.net.connect(r, brief);
+}
+
+bool Relay::ask_adopter(uint32_t sub, const Status& why) {
+  const int a = adopter_;
+  adopter_ = -1;  // asked once
+  if (root_ < 0 || a < 0 || parent_ == root_ || parent_ == a || reattached_) return false;
+  hold_children();  // (before the wait: the children's patience is shorter than the asking)
+  const auto by = transport::deadline_in(adopt_wait_s());
+  const Frame rq = share(reattach_request(sub));
+  if (!w_.net.send(a, w_.key(kAdoptSub), transport::Payload{rq->data(), rq->size(), rq}, by).ok()) return false;
+  auto yes = w_.recv(a, kAdoptSub, by);
+  if (!yes.ok()) {
+    SPARROW_INFO("rank %d: rank %d, of its region, did not adopt it in operation %llu within %.0f ms (it has "
+                 "finished its part, or is stalled too); asking the root", w_.net.rank(), a,
+                 (unsigned long long)w_.seq, adopt_wait_s() * 1e3);
+    return false;
+  }
+  SPARROW_INFO("rank %d: parent rank %d failed in operation %llu while part %u was awaited (%s); rank %d, of its "
+               "region, adopted it", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub, why.message().c_str(), a);
+  parent_ = a;
+  holds_taken_ = 0;
+  return true;
+}
+
+void Relay::serve_adoptions() {
+  for (auto it = adoptable_.begin(); it != adoptable_.end();) {
+    const int r = *it;
+    auto rq = w_.net.poll(r, w_.key(kAdoptSub));  // (no connecting: preconnect did)
+    auto from = rq.ok() ? decode_reattach(rq.value()) : Result<uint32_t>(rq.status());
+    if (!from.ok()) {
+      ++it;
+      continue;
+    }
+    std::vector<std::pair<uint32_t, transport::Payload>> backlog;
+    for (auto& [sub, f] : kept_)
+      if (sub >= from.value()) backlog.emplace_back(sub, transport::Payload{f->data(), f->size(), f});
+    out_.adopt(r, backlog);
+    (void)w_.send({r}, kAdoptSub, share(std::vector<uint8_t>{1}));
+    SPARROW_INFO("rank %d adopted rank %d in operation %llu: parts %u.. (%zu sent now)", w_.net.rank(), r,
+                 (unsigned long long)w_.seq, from.value(), backlog.size());
+    it = adoptable_.erase(it);
+  }
+}
+
+Result<std::vector<uint8_t>> Relay::recv_serving(uint32_t sub, transport::Deadline d) {
+  if (adoptable_.empty()) return w_.recv(parent_, sub, d);
+  for (;;) {
+    const uint64_t seen = w_.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
+    serve_adoptions();
+    auto m = w_.recv(parent_, sub, transport::Clock::now());
+    if (m.ok() || m.status().code() != Code::kTimeout || transport::Clock::now() >= d) return m;
+    w_.net.arrivals().wait(seen, d);
+  }
 }
 
 transport::Deadline Relay::part_deadline() const {
@@ -139,11 +216,16 @@ void Relay::skip_holds() {
 }
 
 Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
-  auto m = w_.recv(parent_, sub, part_deadline());
-  while (!m.ok() && held(m.status())) m = w_.recv(parent_, sub, part_deadline());
+  auto m = recv_serving(sub, part_deadline());
+  while (!m.ok() && held(m.status())) m = recv_serving(sub, part_deadline());
   if (m.ok()) skip_holds();
-  if (m.ok() || !reattach(sub, m.status())) return m;
-  return w_.recv(parent_, sub, part_deadline());
+  if (m.ok()) return m;
+  if (ask_adopter(sub, m.status())) {
+    m = recv_serving(sub, part_deadline());
+    if (m.ok()) return m;
+  }
+  if (!reattach(sub, m.status())) return m;
+  return recv_serving(sub, part_deadline());
 }
 
 Result<Frame> Relay::next(uint32_t sub) {
@@ -151,6 +233,7 @@ Result<Frame> Relay::next(uint32_t sub) {
   if (!m.ok()) return pass_down(sub, m.status());
   Frame f = share(std::move(m.value()));
   out_.send(sub, f);
+  if (!adoptable_.empty() && sub != 0) kept_.emplace_back(sub, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) {
     bytes_ += f->size();

@@ -43,6 +43,9 @@ class Fanout {
   std::vector<int> lost() const;
   // Before anything was sent: the children (an elastic receiver learns them from the header).
   void set_children(std::vector<int> children);
+  // A child taken on mid-operation (an orphan this rank adopts): `backlog` (the parts it missed,
+  // whose memory the payloads keep) goes to it first, then every later part as to the others.
+  void adopt(int kid, const std::vector<std::pair<uint32_t, transport::Payload>>& backlog);
   // Establishes the connection to every child by `d` (elastic: a member that cannot be reached within
   // the lease does not hold up its siblings for the whole timeout); a child that fails is dropped.
   void preconnect(transport::Deadline d);
@@ -67,8 +70,16 @@ class Relay {
   // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The first
   // payload part, which waits for the pipeline to fill along every hop above (a whole dense segment
   // per hop), gets half a lease more. The root itself is awaited at most `lease_s` per part.
-  void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s);
-  void preconnect(transport::Deadline d) { out_.preconnect(d); }
+  // Sparse parts only: `adopter` (-1: none) is asked first when the parent fails, before the root: a
+  // rank of this rank's region above the parent, which holds the parts (adopter_for, elastic.h). It
+  // answers at once if it is still receiving the operation; otherwise this rank re-attaches to the
+  // root after a short wait. `adoptable`: the ranks that may ask this rank to adopt them
+  // (adoptable_by); it serves them from the parts it kept while it waits for its own.
+  void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s,
+                      int adopter = -1, std::vector<int> adoptable = {});
+  // Connects to the children by `d`; also to the higher ranks this rank may adopt (a lower rank
+  // connects: the request of a higher one could not reach it otherwise), briefly, failures ignored.
+  void preconnect(transport::Deadline d);
   // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
   // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);
@@ -110,6 +121,15 @@ class Relay {
   bool take_hold();
   // A part came: the holds that came before it are spent (they must not stretch a later wait).
   void skip_holds();
+  // Elastic, sparse: the parent failed (`why`) while part `sub` was awaited; asks the adopter to take
+  // this rank on from `sub`. True when it said yes (within adopt_wait_s()): it is the parent now.
+  bool ask_adopter(uint32_t sub, const Status& why);
+  double adopt_wait_s() const;
+  // Part `sub` from the parent by `d`, meanwhile adopting the orphans that ask (when this rank may
+  // have any).
+  Result<std::vector<uint8_t>> recv_serving(uint32_t sub, transport::Deadline d);
+  // Takes on every adoptable rank whose request came (no waiting).
+  void serve_adoptions();
   OpWire w_;
   int parent_;
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
@@ -117,6 +137,9 @@ class Relay {
   bool reattached_ = false;
   uint32_t holds_taken_ = 0, holds_sent_ = 0;  // kHoldSub + k: from the parent, to the children
   bool got_part_ = false;  // a payload part arrived (before: the pipeline is still filling)
+  int adopter_ = -1;       // elastic, sparse: asked first when the parent fails (-1: none, or asked)
+  std::vector<int> adoptable_;                   // ranks that may ask this rank to adopt them
+  std::vector<std::pair<uint32_t, Frame>> kept_;  // the parts received, for them (only when adoptable_)
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
 };

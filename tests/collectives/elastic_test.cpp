@@ -597,6 +597,19 @@ TEST(Elastic, JoinerGetsItsFullVersionFromAMemberOfItsRegion) {
   EXPECT_EQ(o.members, all_but(p.n, -1));
 }
 
+// A chain 0 -> 1 -> 2 -> 3 with ranks 1-3 in one region: rank 2 dies while it forwards a step. Its
+// child asks rank 1 (its region, above rank 2) to adopt it before it asks the root; whichever serves
+// it, every survivor gets every step bit-exact.
+TEST(Elastic, ChildOfARelayDyingMidStepIsAdoptedInItsRegionOrServedByTheRoot) {
+  Plan p;
+  p.algo = "chain";
+  p.regions = "abbb";
+  p.victim = 2;
+  p.fault = Fault::kKillMidStep;
+  Outcome o = run(p);
+  expect_only_the_victim_lost(o, p, -SIGKILL);
+}
+
 // The communicator grows (SPARROW_MAX_RANKS = 4 for 3 ranks in regions a,a,b): a new process in
 // region b joins vacant slot 3 while nobody died; its first, full version comes from rank 2, its
 // region's member, not across the WAN from the root; every rank gets every step.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "harness/net_harness.h"
@@ -259,6 +261,84 @@ TEST(Relay, ChildOfARankThatReattachesHoldsOnInsteadOfReattachingToo) {
   EXPECT_EQ(leaf.parent(), 2) << "rank 3 held on to rank 2";
   EXPECT_FALSE(wire_of(*nets[0]).recv(3, kReattachSub, transport::Clock::now()).ok())
       << "rank 3 asked the root for the rest too";
+}
+
+// Chain 0 -> 1 -> 2 -> 3, elastic, sparse parts; rank 2 (rank 3's parent) is silent. Rank 3 asks
+// rank 1 (its adopter: the same region, above rank 2) before the root: rank 1, still receiving the
+// operation, takes it on, sends it the part it already has and forwards every later one to it. The
+// root sends parts 2.. only once rank 3 has part 1, so that rank 1 is still receiving when asked.
+TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot) {
+  auto nets = test::make_nets("loopback", 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const auto sent = parts(5);
+  Relay mid(wire_of(*nets[1], 30), -1, {});
+  mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
+  Relay leaf(wire_of(*nets[3], 30), -1, {});
+  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool has_first = false;
+  std::thread root([&] {
+    ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1, sent[1]).ok());
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(20), [&] { return has_first; });
+    for (uint32_t sub = 2; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({1}, sub, sent[sub]).ok());
+  });
+  std::thread mid_rank([&] {
+    mid.preconnect(transport::deadline_in(10));  // (to rank 3 as well: the lower rank connects)
+    for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+      auto f = mid.next(sub);
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+    }
+    mid.finish();
+  });
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    auto f = leaf.next(sub);
+    if (sub == 1) {
+      std::lock_guard<std::mutex> lk(mu);
+      has_first = true;
+      cv.notify_all();
+    }
+    if (!f.ok()) {  // (no ASSERT: the threads must still be joined)
+      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
+      break;
+    }
+    EXPECT_EQ(*f.value(), *sent[sub]);
+  }
+  mid_rank.join();
+  root.join();
+  EXPECT_EQ(leaf.parent(), 1) << "rank 3 was adopted by rank 1";
+  EXPECT_FALSE(wire_of(*nets[0]).recv(3, kReattachSub, transport::Clock::now()).ok()) << "rank 3 asked the root";
+}
+
+// The same when the adopter does not answer (it has finished its part of the operation, or is
+// stalled too): the orphan re-attaches to the root after a short wait.
+TEST(Relay, OrphanWhoseAdopterDoesNotAnswerReattachesToTheRoot) {
+  auto nets = test::make_nets("loopback", 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const auto sent = parts(4);
+  ASSERT_TRUE(nets[1]->connect(3, transport::deadline_in(10)).ok());  // as rank 1's preconnect did
+  ASSERT_TRUE(nets[0]->connect(3, transport::deadline_in(10)).ok());
+  Relay leaf(wire_of(*nets[3], 30), -1, {});
+  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  std::thread root([&] {  // serves rank 3's re-attach request
+    auto rq = wire_of(*nets[0]).recv(3, kReattachSub);
+    ASSERT_TRUE(rq.ok()) << rq.status().to_string();
+    auto from = decode_reattach(rq.value());
+    ASSERT_TRUE(from.ok());
+    for (uint32_t sub = from.value(); sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({3}, sub, sent[sub]).ok());
+  });
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    auto f = leaf.next(sub);
+    if (!f.ok()) {
+      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
+      break;
+    }
+    EXPECT_EQ(*f.value(), *sent[sub]);
+  }
+  root.join();
+  EXPECT_EQ(leaf.parent(), 0);
+  EXPECT_TRUE(wire_of(*nets[1]).recv(3, kAdoptSub, transport::Clock::now()).ok()) << "rank 1 was asked first";
 }
 
 TEST(Relay, AbortFramesAreNeverDataAndCarryTheirStatus) {

@@ -103,7 +103,8 @@ Result<ReceivedHeader> SparseSink::elastic_header() {
   op_.members.assign(got.h.members.begin(), got.h.members.end());
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
   relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
-                        reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()));
+                        reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()), adopter_for(op_.tree, e_.rank()),
+                        adoptable_by(op_.tree, e_.rank()));
   relay_.preconnect(transport::deadline_in(e_.comm.lease_s()));
   return got;
 }
