@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -21,6 +22,20 @@ std::vector<Frame> parts(int n) {
   std::vector<Frame> v;
   for (int i = 0; i < n; ++i) v.push_back(share(test::random_bytes(1000 + 37 * i, i)));
   return v;
+}
+
+// Parts 1.. of `sent` through `r`, each checked against what was sent; `after_first` runs once part 1
+// returned. No ASSERT: the caller's threads must still be joined.
+void take_all(Relay& r, const std::vector<Frame>& sent, const std::function<void()>& after_first = {}) {
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    auto f = r.next(sub);
+    if (sub == 1 && after_first) after_first();
+    if (!f.ok()) {
+      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
+      return;
+    }
+    EXPECT_EQ(*f.value(), *sent[sub]);
+  }
 }
 
 // Chain 0 -> 1 -> 2: rank 1 relays; rank 2 gets every part bit for bit, whatever the delay.
@@ -247,14 +262,7 @@ TEST(Relay, ChildOfARankThatReattachesHoldsOnInsteadOfReattachingToo) {
     }
     mid.finish();
   });
-  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
-    auto f = leaf.next(sub);
-    if (!f.ok()) {  // (no ASSERT: the threads must still be joined)
-      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
-      break;
-    }
-    EXPECT_EQ(*f.value(), *sent[sub]);
-  }
+  take_all(leaf, sent);
   mid_rank.join();
   root.join();
   EXPECT_EQ(mid.parent(), 0) << "rank 2 re-attached";
@@ -292,19 +300,11 @@ TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot)
     }
     mid.finish();
   });
-  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
-    auto f = leaf.next(sub);
-    if (sub == 1) {
-      std::lock_guard<std::mutex> lk(mu);
-      has_first = true;
-      cv.notify_all();
-    }
-    if (!f.ok()) {  // (no ASSERT: the threads must still be joined)
-      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
-      break;
-    }
-    EXPECT_EQ(*f.value(), *sent[sub]);
-  }
+  take_all(leaf, sent, [&] {
+    std::lock_guard<std::mutex> lk(mu);
+    has_first = true;
+    cv.notify_all();
+  });
   mid_rank.join();
   root.join();
   EXPECT_EQ(leaf.parent(), 1) << "rank 3 was adopted by rank 1";
@@ -328,14 +328,7 @@ TEST(Relay, OrphanWhoseAdopterDoesNotAnswerReattachesToTheRoot) {
     ASSERT_TRUE(from.ok());
     for (uint32_t sub = from.value(); sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({3}, sub, sent[sub]).ok());
   });
-  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
-    auto f = leaf.next(sub);
-    if (!f.ok()) {
-      ADD_FAILURE() << "part " << sub << ": " << f.status().to_string();
-      break;
-    }
-    EXPECT_EQ(*f.value(), *sent[sub]);
-  }
+  take_all(leaf, sent);
   root.join();
   EXPECT_EQ(leaf.parent(), 0);
   EXPECT_TRUE(wire_of(*nets[1]).recv(3, kAdoptSub, transport::Clock::now()).ok()) << "rank 1 was asked first";
