@@ -162,10 +162,13 @@ void Relay::serve_adoptions() {
 
 Result<std::vector<uint8_t>> Relay::recv_serving(uint32_t sub, transport::Deadline d) {
   if (adoptable_.empty()) return w_.recv(parent_, sub, d);
+  // The connection first, by `d` as any receive: a poll connects to nobody (a lower rank's connecting
+  // with a deadline already passed would fail, and a higher parent waits for it).
+  SPARROW_RETURN_IF_ERROR(w_.net.connect(parent_, d));
   for (;;) {
     const uint64_t seen = w_.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
     serve_adoptions();
-    auto m = w_.recv(parent_, sub, transport::Clock::now());
+    auto m = w_.net.poll(parent_, w_.key(sub));
     if (m.ok() || m.status().code() != Code::kTimeout || transport::Clock::now() >= d) return m;
     w_.net.arrivals().wait(seen, d);
   }

@@ -334,6 +334,22 @@ TEST(Relay, OrphanWhoseAdopterDoesNotAnswerReattachesToTheRoot) {
   EXPECT_TRUE(wire_of(*nets[1]).recv(3, kAdoptSub, transport::Clock::now()).ok()) << "rank 1 was asked first";
 }
 
+// A rank that may adopt orphans waits for its parent while it serves their requests; its parent
+// here is a higher rank it has no connection to yet (real TCP): this rank must still connect to it,
+// as any receiver does, and get every part.
+TEST(Relay, RankThatMayAdoptConnectsToAHigherParentItHasNoConnectionTo) {
+  auto nets = test::make_nets("tcp", 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const auto sent = parts(3);
+  Relay mid(wire_of(*nets[1], 10), -1, {});
+  mid.attach_elastic(3, {}, 0, 3.0, 1.0, -1, {2});
+  std::thread parent([&] {
+    for (uint32_t sub = 1; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[3]).send({1}, sub, sent[sub]).ok());
+  });
+  take_all(mid, sent);
+  parent.join();
+}
+
 TEST(Relay, AbortFramesAreNeverDataAndCarryTheirStatus) {
   auto f = abort_frame(Status(Code::kTimeout, "parent silent"));
   EXPECT_TRUE(is_abort(f));
