@@ -201,7 +201,7 @@ Status join(Engine& e) {
   const auto by = transport::deadline_in(std::min(2.0, e.comm.lease_s() / 2));
   std::vector<std::thread> ts;
   for (int r = e.rank() + 1; r < e.comm.nranks(); ++r) {
-    if (e.comm.ranks()[size_t(r)].address.empty()) continue;  // a vacant slot: nobody to connect to
+    if (e.comm.vacant(r)) continue;  // nobody to connect to
     ts.emplace_back([&net, &e, r, by] {
       Status s = net.connect(r, by);
       if (!s.ok()) SPARROW_INFO("rank %d: could not connect to rank %d yet (%s)", e.rank(), r, s.message().c_str());

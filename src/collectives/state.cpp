@@ -31,7 +31,7 @@ Engine::Engine(Comm& c)
       }),
       members(c.nranks()) {
   for (int r = 0; r < c.nranks(); ++r)
-    if (c.ranks()[size_t(r)].address.empty()) members.vacate(r);
+    if (c.vacant(r)) members.vacate(r);
 }
 
 Engine::~Engine() {

@@ -111,15 +111,15 @@ Result<int> Comm::slot_count(int nranks, bool elastic) {
 }
 
 void Comm::set_table(std::vector<bootstrap::RankInfo> table) {
+  ranks_ = std::move(table);
   std::vector<std::string> addrs;
-  for (auto& r : table) addrs.push_back(r.address);
+  for (auto& r : ranks_) addrs.push_back(r.address);
   net_->set_addresses(addrs);
   // A vacant slot (no member yet: the communicator may grow into it) takes a joiner's connections
   // like a dropped member's, and nothing waits on it.
-  for (int r = 0; r < int(table.size()); ++r)
-    if (r != rank_ && table[size_t(r)].address.empty())
+  for (int r = 0; r < int(ranks_.size()); ++r)
+    if (r != rank_ && vacant(r))
       net_->disconnect(r, Status(Code::kPeerLost, "slot " + std::to_string(r) + " has no member (yet)"));
-  ranks_ = std::move(table);
 }
 
 namespace {
@@ -192,7 +192,7 @@ void Comm::adopt(std::vector<bootstrap::RankInfo> ranks, topology::ProbeResult p
   // Slots that were vacant in the store's table and have members now (joiners admitted since).
   std::vector<int> filled;
   for (int r = 0; r < int(ranks.size()) && r < int(ranks_.size()); ++r)
-    if (r != rank_ && ranks_[size_t(r)].address.empty() && !ranks[size_t(r)].address.empty()) filled.push_back(r);
+    if (r != rank_ && vacant(r) && !ranks[size_t(r)].address.empty()) filled.push_back(r);
   set_table(std::move(ranks));
   for (int r : filled) net_->revive(r, ranks_[size_t(r)].address);
   probe_ = std::move(probe);

@@ -50,6 +50,8 @@ class Comm {
   uint64_t comm_id() const { return id_.comm_id; }
   transport::Net& net() { return *net_; }
   const std::vector<bootstrap::RankInfo>& ranks() const { return ranks_; }
+  // A slot nobody has taken yet (elastic, past the starting ranks): its place has no address.
+  bool vacant(int r) const { return ranks_[size_t(r)].address.empty(); }
   const topology::ProbeResult& probe() const { return probe_; }
   // The next collective's op sequence number (consistent across ranks as calls are collective).
   uint64_t next_seq() { return ++seq_; }
