@@ -8,17 +8,8 @@ namespace sparrow::format {
 namespace block_sum_detail {
 namespace {
 
-constexpr std::array<int16_t, kWindowWords> make_weights(uint64_t seed) {
-  std::array<int16_t, kWindowWords> w{};
-  uint64_t s = seed;
-  for (auto& v : w) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;  // a fixed LCG: the same weights everywhere
-    v = int16_t((int32_t((s >> 33) & 0x7fff) - 0x4000) | 1);  // odd, in [-16383, 16383]
-  }
-  return w;
-}
-alignas(64) constexpr std::array<int16_t, kWindowWords> kA = make_weights(0x5350524f57ULL);
-alignas(64) constexpr std::array<int16_t, kWindowWords> kB = make_weights(0x424c4f434bULL);
+alignas(64) constexpr std::array<int16_t, kWindowWords> kA = make_weights(kSeedA);
+alignas(64) constexpr std::array<int16_t, kWindowWords> kB = make_weights(kSeedB);
 
 // Word q of a block of `bytes` bytes, signed (an odd last byte has a zero high byte).
 inline int32_t word_at(const uint8_t* p, size_t bytes, size_t q) {

@@ -19,8 +19,16 @@
 // The word layout and weights are local to one receiver (never on the wire).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+
+// Device code (src/kernels/cuda) computes the same sums: the window keys are usable there too.
+#if defined(__CUDACC__)
+#define SPARROW_BLOCK_SUM_HD __host__ __device__
+#else
+#define SPARROW_BLOCK_SUM_HD
+#endif
 
 namespace sparrow::format {
 
@@ -42,14 +50,25 @@ inline uint64_t block_sum_add(uint64_t x, uint64_t y) {
 
 namespace block_sum_detail {
 constexpr unsigned kWindowWords = 512;
-// Weights of the two lanes for the words of a window: odd, in [-16383, 16383].
+// Weights of the two lanes for the words of a window: odd, in [-16383, 16383], from a fixed LCG, so
+// the same everywhere (host and device).
+constexpr uint64_t kSeedA = 0x5350524f57ULL, kSeedB = 0x424c4f434bULL;
+constexpr std::array<int16_t, kWindowWords> make_weights(uint64_t seed) {
+  std::array<int16_t, kWindowWords> w{};
+  uint64_t s = seed;
+  for (auto& v : w) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = int16_t((int32_t((s >> 33) & 0x7fff) - 0x4000) | 1);
+  }
+  return w;
+}
 const int16_t* weights_a();
 const int16_t* weights_b();
 // The inner sums of one window of at most 2 * kWindowWords bytes at p (its first word is word 0).
 void window_sums(const uint8_t* p, size_t bytes, uint32_t* sa, uint32_t* sb);
 // Odd keys of window w.
-inline uint32_t key_a(uint64_t w) { return uint32_t(((w + 1) * 0x9E3779B97F4A7C15ULL) >> 32) | 1u; }
-inline uint32_t key_b(uint64_t w) { return uint32_t(((w + 1) * 0xC2B2AE3D27D4EB4FULL) >> 29) | 1u; }
+SPARROW_BLOCK_SUM_HD inline uint32_t key_a(uint64_t w) { return uint32_t(((w + 1) * 0x9E3779B97F4A7C15ULL) >> 32) | 1u; }
+SPARROW_BLOCK_SUM_HD inline uint32_t key_b(uint64_t w) { return uint32_t(((w + 1) * 0xC2B2AE3D27D4EB4FULL) >> 29) | 1u; }
 }  // namespace block_sum_detail
 
 }  // namespace sparrow::format

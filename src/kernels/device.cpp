@@ -66,9 +66,9 @@ void load() {
     return;
   }
   using Factory = DeviceOps* (*)(char* why, size_t why_len);
-  auto f = reinterpret_cast<Factory>(dlsym(h, "sparrow_cuda_device_ops_v1"));
+  auto f = reinterpret_cast<Factory>(dlsym(h, "sparrow_cuda_device_ops_v2"));
   if (!f) {
-    g_reason = "libsparrow_cuda.so has no sparrow_cuda_device_ops_v1 (version mismatch?)";
+    g_reason = "libsparrow_cuda.so has no sparrow_cuda_device_ops_v2 (version mismatch?)";
     return;
   }
   char why[512] = {0};

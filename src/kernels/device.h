@@ -38,6 +38,20 @@ class DeviceOps {
   // the device or `shadow` in pinned host memory): pos/old_vals/new_vals are host arrays of n entries.
   virtual int extract(const void* cur, void* shadow, uint32_t n, uint32_t s, uint32_t* pos, uint8_t* old_vals,
                       uint8_t* new_vals, size_t* changes) = 0;
+  // Extraction of a whole device buffer of n elements in chunks of chunk_elems (the last may be
+  // shorter) in two passes over it on the device, instead of one round trip per chunk. chunk_offsets
+  // (host, nchunks + 1 entries) gets where each chunk's changes start in the buffer's list of changes;
+  // the last entry is the total. When the total fits in `capacity`, pos (positions within their
+  // chunk), old_vals and new_vals (host arrays; pinned ones are filled fastest) get every change in
+  // order and the shadow is refreshed; otherwise both are left as they were.
+  virtual int extract_chunks(const void* cur, void* shadow, uint64_t n, uint32_t s, uint32_t chunk_elems,
+                             uint64_t* chunk_offsets, uint32_t* pos, uint8_t* old_vals, uint8_t* new_vals,
+                             uint64_t capacity) = 0;
+  // Block sums (format/block_sum.h) of the consecutive blocks of block_bytes bytes of the `bytes`
+  // bytes at `base` (device memory; the last block may be shorter) into the host array `out` of
+  // ceil(bytes / block_bytes) entries. Only the sums cross to the host: base verification of a device
+  // buffer costs a read of it on the device, not a copy of it.
+  virtual int block_sums(const void* base, size_t bytes, size_t block_bytes, uint64_t* out) = 0;
   // Receiver side, `base` on the device, positions and values in host memory.
   virtual int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) = 0;
   virtual int scatter(void* base, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) = 0;

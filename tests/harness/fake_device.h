@@ -1,12 +1,14 @@
 // A stand-in for GPU memory on machines without one: "device" allocations are addresses in a region
 // the host cannot touch (PROT_NONE), backed by a second, writable mapping of the same memfd that only
 // this backend uses. Any code path that dereferences a device pointer on the host crashes the test;
-// the backend's operations (extract, gather, scatter, copy) run the CPU kernels on the backing view.
+// the backend's operations (extraction, block sums, gather, scatter, copy) run the CPU kernels on the
+// backing view.
 #pragma once
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "format/block_sum.h"
 #include "kernels/cpu/extract.h"
 #include "kernels/device.h"
 
@@ -47,7 +50,7 @@ class FakeDevice final : public kernels::DeviceOps {
   void upload(void* dst, const void* src, size_t n) { memcpy(back(dst), src, n); }
   void download(void* dst, const void* src, size_t n) { memcpy(dst, back(src), n); }
 
-  std::atomic<int> extracts{0}, gathers{0}, scatters{0}, copies{0}, syncs{0}, allocs{0}, host_allocs{0};
+  std::atomic<int> extracts{0}, extract_chunk_calls{0}, block_sum_calls{0}, gathers{0}, scatters{0}, copies{0}, syncs{0}, allocs{0}, host_allocs{0};
   std::atomic<int> fail_scatter_after{-1};  // >= 0: the (n+1)-th scatter/copy-to-device fails
   void* last_stream = nullptr;
 
@@ -87,6 +90,34 @@ class FakeDevice final : public kernels::DeviceOps {
     extracts++;
     *changes = kernels::cpu::extract_scalar(static_cast<const uint8_t*>(back(cur)), static_cast<uint8_t*>(back(shadow)),
                                             n, s, pos, old_vals, new_vals);
+    return 0;
+  }
+  int extract_chunks(const void* cur, void* shadow, uint64_t n, uint32_t s, uint32_t ce, uint64_t* chunk_offsets,
+                     uint32_t* pos, uint8_t* old_vals, uint8_t* new_vals, uint64_t capacity) override {
+    if (!is_device(cur) || !ce) return 3;
+    extract_chunk_calls++;
+    const auto* c = static_cast<const uint8_t*>(back(cur));
+    auto* sh = static_cast<uint8_t*>(back(shadow));
+    uint64_t total = 0, i = 0;
+    for (uint64_t b = 0; b < n; b += ce, ++i) {
+      chunk_offsets[i] = total;
+      for (uint64_t e = b; e < std::min<uint64_t>(n, b + ce); ++e) total += memcmp(c + e * s, sh + e * s, s) != 0;
+    }
+    chunk_offsets[i] = total;
+    if (total > capacity) return 0;
+    i = 0;
+    for (uint64_t b = 0; b < n; b += ce, ++i) {
+      const uint64_t at = chunk_offsets[i];
+      kernels::cpu::extract_scalar(c + b * s, sh + b * s, uint32_t(std::min<uint64_t>(ce, n - b)), s, pos + at,
+                                   old_vals + at * s, new_vals + at * s);
+    }
+    return 0;
+  }
+  int block_sums(const void* base, size_t bytes, size_t block_bytes, uint64_t* out) override {
+    if (!is_device(base) || !block_bytes) return 3;
+    block_sum_calls++;
+    const auto* p = static_cast<const uint8_t*>(back(base));
+    for (size_t off = 0; off < bytes; off += block_bytes) *out++ = format::block_sum(p + off, std::min(block_bytes, bytes - off));
     return 0;
   }
   int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) override {

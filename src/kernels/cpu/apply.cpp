@@ -81,6 +81,16 @@ Result<const uint8_t*> host_block(const format::Header& h, std::span<void* const
   return static_cast<const uint8_t*>(scratch.data());
 }
 
+// The sums of every block of device tensor t, computed on the device: only the sums are copied.
+Status device_block_sums(const format::Header& h, std::span<void* const> targets, DeviceOps* dev, uint32_t t,
+                         std::vector<uint64_t>& out) {
+  const uint32_t es = h.tensors[t].elem_size;
+  out.assign(h.blocks(t), 0);
+  if (out.empty()) return Status::Ok();
+  return device_error(dev, dev->block_sums(targets[t], size_t(h.tensors[t].count) * es, size_t(h.chunk_elems) * es, out.data()),
+                      "summing the blocks of a device buffer");
+}
+
 bool sums_match_chunking(const ReceiverState& st, const format::Header& h) {
   if (st.block_elems != h.chunk_elems || st.block_sums.size() != h.tensors.size()) return false;
   for (uint32_t t = 0; t < h.tensors.size(); ++t)
@@ -100,7 +110,15 @@ BaseCheck verify_base_contents(const format::Header& h, std::span<void* const> t
   r.first_bad.assign(nt, -1);
   r.sums.resize(nt);
   for (size_t t = 0; t < nt; ++t) r.sums[t].assign(h.blocks(uint32_t(t)), 0);
-  const std::vector<BlockRef> blocks = header_blocks(h);
+  // Device tensors are summed on the device (the digest fallback needs their bytes on the host).
+  const auto on_device = [&](uint32_t t) { return have_sums && on_dev[t]; };
+  for (uint32_t t = 0; t < nt; ++t) {
+    if (!on_device(t)) continue;
+    r.status = device_block_sums(h, targets, dev, t, r.sums[t]);
+    if (!r.status.ok()) return r;
+  }
+  std::vector<BlockRef> blocks = header_blocks(h);
+  std::erase_if(blocks, [&](const BlockRef& b) { return on_device(b.tensor); });
   std::vector<uint64_t> digest_part(have_sums ? 0 : blocks.size(), 0);
   std::vector<Status> errs(blocks.size());
   std::vector<std::vector<uint8_t>> scratch(std::max(1, threads));
@@ -169,12 +187,15 @@ void refresh_block_sums(const format::Header& h, const std::vector<Staged>& stag
     base.assign(nt, {});
     for (uint32_t t = 0; t < nt; ++t) base[t].assign(h.blocks(t), 0);
   }
-  std::vector<Status> errs(staged.size());
+  std::vector<Status> errs(staged.size() + nt);
+  for (uint32_t t = 0; t < nt && !have_base; ++t)  // no verified sums: device tensors are summed there
+    if (on_dev[t]) errs[staged.size() + t] = device_block_sums(h, targets, dev, t, base[t]);
   std::vector<std::vector<uint8_t>> scratch(std::max(1, threads));
   parallel_for(staged.size(), threads, [&](size_t i, int w) {
     const Staged& sg = staged[i];
     const uint32_t t = sg.h.tensor;
     const uint64_t b = sg.h.elem_begin / h.chunk_elems;
+    if (!have_base && on_dev[t]) return;
     if (sg.dense) {  // the new bytes of the whole block are at hand
       base[t][b] = format::block_sum(sg.dense, size_t(sg.h.elem_count) * h.tensors[t].elem_size);
       return;

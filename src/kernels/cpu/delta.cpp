@@ -38,6 +38,9 @@ void DeltaEncoder::free_device_shadow() {
   for (void* p : dshadow_)
     if (p) dev_->free(p, dshadow_host_);
   dshadow_.clear();
+  for (auto& c : dchanges_)
+    if (c.p) dev_->free(c.p, true);
+  dchanges_.clear();
 }
 
 void DeltaEncoder::reset() {

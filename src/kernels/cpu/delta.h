@@ -122,7 +122,12 @@ class DeltaEncoder {
   std::vector<const uint8_t*> borrowed_;       // adopt_view: the caller's base, until the next encode
   std::vector<void*> dshadow_;                 // device buffers (null for host ones)
   bool dshadow_host_ = false;                  // dshadow_ is pinned host memory
-  DeviceOps* dev_ = nullptr;                   // backend that owns dshadow_
+  DeviceOps* dev_ = nullptr;                   // backend that owns dshadow_ and dchanges_
+  struct PinnedChanges {                       // host room for a device tensor's changes of one step
+    void* p = nullptr;
+    uint64_t capacity = 0;                     // changes
+  };
+  std::vector<PinnedChanges> dchanges_;        // per tensor (empty for host ones), grown on demand
   bool keep_shadow_ = true;                    // false for snapshot(): encode without keeping state
   std::vector<uint64_t> digests_;
   uint64_t version_ = 0;

@@ -73,6 +73,18 @@ struct Chunk {
   EncScratch& s;
   ChunkHeader h;
   std::span<const uint8_t> vals;
+  const uint32_t* pos = nullptr;  // the chunk's changes (in the worker's scratch, or a device
+  const uint8_t* oldv = nullptr;  // tensor's pinned list)
+  const uint8_t* newv = nullptr;
+};
+
+// A device tensor's changes of this pass, taken off the device in one go (Pass::device_changes).
+struct TensorChanges {
+  bool ready = false;
+  std::vector<uint64_t> offsets;  // chunk i's changes are entries offsets[i] .. offsets[i + 1]
+  const uint32_t* pos = nullptr;
+  const uint8_t* oldv = nullptr;
+  const uint8_t* newv = nullptr;
 };
 
 }  // namespace
@@ -96,6 +108,7 @@ struct DeltaEncoder::Pass {
   std::vector<std::vector<uint8_t>> frames;
   std::vector<EncodeStats> wstats;
   std::vector<EncScratch> scratch;
+  std::vector<TensorChanges> dchg;  // per tensor
   std::mutex err_mu;
   Status first_error;
   std::atomic<uint64_t> streamed{0}, streamed_bytes{0};
@@ -104,6 +117,8 @@ struct DeltaEncoder::Pass {
   Status place_shadow();
   format::Header header() const;
   void run();
+  Status device_changes();
+  Status extract_tensor(uint32_t t, TensorChanges& tc);
   Status chunk(size_t bi, int w);
   Status full_chunk(Chunk& c);
   Status delta_chunk(Chunk& c);
@@ -187,12 +202,60 @@ void DeltaEncoder::Pass::run() {
   dig.assign(blocks.size(), 0);
   wstats.assign(size_t(threads), {});
   scratch.resize(size_t(threads));
+  first_error = device_changes();
+  if (!first_error.ok()) return;
   parallel_for(blocks.size(), threads, [&](size_t bi, int w) {
     Status s = chunk(bi, w);
     if (s.ok()) return;
     std::lock_guard<std::mutex> lk(err_mu);
     if (first_error.ok()) first_error = std::move(s);
   });
+}
+
+// A delta's device tensors: each one's changes come off the device in one pass (count, then collect
+// into pinned memory the encoder keeps) rather than in a round trip per chunk, which left the host
+// waiting on the device once per chunk. A tensor with more changes than a sixteenth of its elements
+// (most of its chunks go dense then) is extracted chunk by chunk instead.
+Status DeltaEncoder::Pass::device_changes() {
+  dchg.assign(e.tensors_.size(), {});
+  if (full || view || !e.keep_shadow_) return Status::Ok();
+  const double t0 = now_s();
+  e.dchanges_.resize(e.tensors_.size());
+  for (uint32_t t = 0; t < e.tensors_.size(); ++t)
+    if (on_dev[t]) SPARROW_RETURN_IF_ERROR(extract_tensor(t, dchg[t]));
+  wstats[0].extract_seconds += now_s() - t0;
+  return Status::Ok();
+}
+
+Status DeltaEncoder::Pass::extract_tensor(uint32_t t, TensorChanges& tc) {
+  const uint64_t n = e.tensors_[t].count;
+  const uint32_t es = e.tensors_[t].elem_size();
+  auto& room = e.dchanges_[t];
+  tc.offsets.assign((n + ce - 1) / ce + 1, 0);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto* p = static_cast<uint8_t*>(room.p);
+    const size_t o_old = room.capacity * 4, o_new = o_old + room.capacity * es;
+    tc.pos = reinterpret_cast<const uint32_t*>(p);
+    tc.oldv = p + o_old;
+    tc.newv = p + o_new;
+    SPARROW_RETURN_IF_ERROR(device_error(
+        dev, dev->extract_chunks(current[t], e.dshadow_[t], n, es, ce, tc.offsets.data(), reinterpret_cast<uint32_t*>(p),
+                                 p + o_old, p + o_new, room.capacity),
+        "extracting changes on the device"));
+    const uint64_t total = tc.offsets.back();
+    if (total <= room.capacity) {
+      tc.ready = true;
+      return Status::Ok();
+    }
+    if (total > n / 16) return Status::Ok();  // chunk by chunk; nothing was changed
+    if (room.p) dev->free(room.p, true);
+    room = {};
+    const uint64_t cap = total + total / 4 + 4096;
+    if (int err = dev->alloc(&room.p, cap * (4 + 2 * size_t(es)), true))
+      return device_error(dev, err, "allocating pinned memory for a device buffer's changes");
+    room.capacity = cap;
+  }
+  return Status::Ok();  // the buffer changed between the two counts: chunk by chunk
 }
 
 Status DeltaEncoder::Pass::chunk(size_t bi, int w) {
@@ -273,7 +336,16 @@ Status DeltaEncoder::Pass::delta_chunk(Chunk& c) {
   }
   const double t0 = now_s();
   size_t k = 0;
-  if (c.dv) {
+  c.pos = s.pos.data();
+  c.oldv = s.oldv.data();
+  c.newv = s.newv.data();
+  if (const TensorChanges& tc = dchg[c.b.tensor]; tc.ready) {  // taken off the device already
+    const size_t i = c.b.begin / ce, at = tc.offsets[i];
+    k = tc.offsets[i + 1] - at;
+    c.pos = tc.pos + at;
+    c.oldv = tc.oldv + at * es;
+    c.newv = tc.newv + at * es;
+  } else if (c.dv) {
     SPARROW_RETURN_IF_ERROR(device_error(
         dev, dev->extract(c.dcur, c.sh, n, es, s.pos.data(), s.oldv.data(), s.newv.data(), &k), "extracting changes on the device"));
   } else {
@@ -284,8 +356,8 @@ Status DeltaEncoder::Pass::delta_chunk(Chunk& c) {
   if (k == 0) return Status::Ok();
   uint64_t d = 0;
   for (size_t j = 0; j < k; ++j)
-    d += format::element_hash_delta(c.b.tensor, c.b.begin + s.pos[j], format::load_elem(&s.oldv[j * es], es),
-                                    format::load_elem(&s.newv[j * es], es));
+    d += format::element_hash_delta(c.b.tensor, c.b.begin + c.pos[j], format::load_elem(&c.oldv[j * es], es),
+                                    format::load_elem(&c.newv[j * es], es));
   dig[c.bi] = d;
   return sparse_or_dense(c, k, t1);
 }
@@ -295,7 +367,7 @@ Status DeltaEncoder::Pass::sparse_or_dense(Chunk& c, size_t k, double t1) {
   EncScratch& s = c.s;
   const uint32_t n = c.b.n, es = c.es;
   const size_t raw = size_t(n) * es;
-  const format::IndexChoice ix = format::choose_index(s.pos.data(), k, n, opt.paper_format);
+  const format::IndexChoice ix = format::choose_index(c.pos, k, n, opt.paper_format);
   c.ws.leb128_overwrite_bytes += format::kChunkHeaderBytes + std::min(ix.leb128_bytes + k * es, raw);
   IndexCodec ic = ix.codec;
   ValueCodec vc = ValueCodec::kOverwrite;
@@ -305,7 +377,7 @@ Status DeltaEncoder::Pass::sparse_or_dense(Chunk& c, size_t k, double t1) {
     vc = c.h.value_codec;
   } else {
     const format::ValueChoiceOptions vo{opt.paper_format, opt.try_xor, opt.zstd_level, opt.value_sample, opt.link_Bps};
-    SPARROW_ASSIGN_OR_RETURN(vc, format::choose_values(s.oldv.data(), s.newv.data(), k, es, true, vo, s.codec, s.best));
+    SPARROW_ASSIGN_OR_RETURN(vc, format::choose_values(c.oldv, c.newv, k, es, true, vo, s.codec, s.best));
     if (ix.bytes + s.best.size() >= raw) {
       SPARROW_RETURN_IF_ERROR(dense_chunk(c, false));
       ic = IndexCodec::kDense;
@@ -314,7 +386,7 @@ Status DeltaEncoder::Pass::sparse_or_dense(Chunk& c, size_t k, double t1) {
       c.h.change_count = uint32_t(k);
       c.vals = s.best;
       s.idx.clear();
-      format::encode_index(ic, s.pos.data(), k, n, ix.golomb_m, s.idx);
+      format::encode_index(ic, c.pos, k, n, ix.golomb_m, s.idx);
       c.ws.index_entropy_bits += format::index_entropy_bits(n, k);
       c.ws.sparse_index_bytes += s.idx.size();
       c.ws.sparse_changes += k;

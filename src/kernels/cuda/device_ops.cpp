@@ -29,15 +29,18 @@ struct Ctx {
   size_t d_bytes = 0;
   void* h = nullptr;   // pinned host staging of the same layout
   size_t h_bytes = 0;
+  void* out = nullptr;  // device room for a whole buffer's changes (extract_chunks)
+  size_t out_bytes = 0;
   ~Ctx() { release(); }  // at thread exit; errors are irrelevant then (the runtime may be shutting down)
   void release() {
     if (device < 0) return;
     cudaSetDevice(device);
     if (d) cudaFree(d);
     if (h) cudaFreeHost(h);
+    if (out) cudaFree(out);
     if (stream) cudaStreamDestroy(stream);
-    d = h = nullptr;
-    d_bytes = h_bytes = 0;
+    d = h = out = nullptr;
+    d_bytes = h_bytes = out_bytes = 0;
     stream = nullptr;
     device = -1;
   }
@@ -67,6 +70,15 @@ struct Ctx {
       CK(cudaMallocHost(&h, host_bytes));
       h_bytes = host_bytes;
     }
+    return 0;
+  }
+  int reserve_out(size_t bytes) {
+    if (bytes <= out_bytes) return 0;
+    if (out) CK(cudaFree(out));
+    out = nullptr;
+    out_bytes = 0;
+    CK(cudaMalloc(&out, bytes));
+    out_bytes = bytes;
     return 0;
   }
 };
@@ -152,6 +164,51 @@ class CudaOps final : public DeviceOps {
     *changes = k;
     return 0;
   }
+  int extract_chunks(const void* cur, void* shadow, uint64_t n, uint32_t s, uint32_t ce, uint64_t* chunk_offsets,
+                     uint32_t* pos, uint8_t* old_vals, uint8_t* new_vals, uint64_t capacity) override {
+    if (!ce) return int(cudaErrorInvalidValue);
+    const uint64_t nchunks = (n + ce - 1) / ce;
+    int dev = 0;
+    if (int e = device_of(cur, &dev)) return e;
+    Ctx& c = t_ctx;
+    CK(cudaError_t(c.use(dev)));
+    size_t temp = 0;
+    CK(cudaError_t(changes_scratch_bytes(n, ce, &temp)));
+    const size_t o_offs = up(temp), offs_bytes = (nchunks + 1) * 8;
+    CK(cudaError_t(c.reserve(o_offs + offs_bytes, offs_bytes)));
+    auto* d = static_cast<char*>(c.d);
+    CK(cudaError_t(count_changes(cur, shadow, n, s, ce, reinterpret_cast<uint64_t*>(d + o_offs), d, temp, c.stream)));
+    CK(cudaMemcpyAsync(c.h, d + o_offs, offs_bytes, cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaStreamSynchronize(c.stream));
+    memcpy(chunk_offsets, c.h, offs_bytes);
+    const uint64_t total = chunk_offsets[nchunks];
+    if (total == 0 || total > capacity) return 0;
+    const size_t o_old = up(total * 4), o_new = o_old + up(total * s);
+    CK(cudaError_t(c.reserve_out(o_new + up(total * s))));
+    auto* o = static_cast<char*>(c.out);
+    CK(cudaError_t(collect_changes(cur, shadow, n, s, ce, reinterpret_cast<uint32_t*>(o), o + o_old, o + o_new, d, temp,
+                                   c.stream)));
+    CK(cudaMemcpyAsync(pos, o, total * 4, cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaMemcpyAsync(old_vals, o + o_old, total * s, cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaMemcpyAsync(new_vals, o + o_new, total * s, cudaMemcpyDeviceToHost, c.stream));
+    return int(cudaStreamSynchronize(c.stream));
+  }
+  int block_sums(const void* base, size_t bytes, size_t block_bytes, uint64_t* out) override {
+    if (!block_bytes) return int(cudaErrorInvalidValue);
+    const size_t nb = (bytes + block_bytes - 1) / block_bytes;
+    if (!nb) return 0;
+    int dev = 0;
+    if (int e = device_of(base, &dev)) return e;
+    Ctx& c = t_ctx;
+    CK(cudaError_t(c.use(dev)));
+    CK(cudaError_t(c.reserve(nb * 8, nb * 8)));
+    CK(cudaError_t(cuda::block_sums(base, bytes, block_bytes, static_cast<uint32_t*>(c.d), c.stream)));
+    CK(cudaMemcpyAsync(c.h, c.d, nb * 8, cudaMemcpyDeviceToHost, c.stream));
+    CK(cudaStreamSynchronize(c.stream));
+    const auto* lanes = static_cast<const uint32_t*>(c.h);
+    for (size_t b = 0; b < nb; ++b) out[b] = (uint64_t(lanes[2 * b]) << 32) | lanes[2 * b + 1];
+    return 0;
+  }
   int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) override {
     if (!k) return 0;
     Staging g;
@@ -201,7 +258,7 @@ class CudaOps final : public DeviceOps {
 }  // namespace sparrow::kernels::cuda
 
 // The entry point libsparrow looks up with dlsym. Null (and a reason) when CUDA cannot be used here.
-extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* sparrow_cuda_device_ops_v1(char* why,
+extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* sparrow_cuda_device_ops_v2(char* why,
                                                                                                          size_t why_len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "format/block_sum.h"
 #include "format/index_codec.h"
 #include "harness/device_cases.h"
 #include "harness/util.h"
@@ -119,6 +120,65 @@ TEST(CudaKernels, ExtractMatchesTheCpuOracle) {
   cudaStreamDestroy(st);
 }
 
+// Whole-buffer extraction (count, then collect) == the CPU oracle chunk by chunk: offsets, positions
+// within chunks, values and the refreshed shadow; aligned (vector loads) and misaligned buffers, chunk
+// sizes that are and are not whole tiles, a short last chunk.
+TEST(CudaKernels, ChangesOfAWholeBufferMatchTheCpuOracle) {
+  SKIP_WITHOUT_GPU();
+  const uint32_t n = (1u << 20) + 37;
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    for (uint32_t ce : {4096u, 1000u, 1u << 20, 3u * 4096u + 5u}) {
+      for (uint32_t skew : {0u, 1u}) {  // elements: 1 misaligns the vectors
+        for (double density : {0.0, 0.01, 0.5}) {
+          std::vector<uint8_t> shadow, cur;
+          make_pair(shadow, cur, n, es, density, n + es + ce + skew);
+          const uint64_t nchunks = (n + ce - 1) / ce;
+          std::vector<uint64_t> want_off(nchunks + 1, 0);
+          std::vector<uint32_t> want_pos(n);
+          std::vector<uint8_t> cshadow = shadow, want_old(size_t(n) * es), want_new(size_t(n) * es);
+          for (uint64_t c = 0; c < nchunks; ++c) {
+            const uint64_t b = c * ce, at = want_off[c];
+            const uint32_t m = uint32_t(std::min<uint64_t>(ce, n - b));
+            want_off[c + 1] = at + kernels::cpu::extract_scalar(cur.data() + b * es, cshadow.data() + b * es, m, es,
+                                                                 want_pos.data() + at, want_old.data() + at * es,
+                                                                 want_new.data() + at * es);
+          }
+          const uint64_t k = want_off[nchunks];
+          Dev dcur((size_t(n) + 1) * es), dsh((size_t(n) + 1) * es), doffs((nchunks + 1) * 8);
+          uint8_t* c0 = dcur.get<uint8_t>() + skew * es;
+          uint8_t* s0 = dsh.get<uint8_t>() + skew * es;
+          CUDA_OK(cudaMemcpy(c0, cur.data(), cur.size(), cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(s0, shadow.data(), shadow.size(), cudaMemcpyHostToDevice));
+          size_t sb = 0;
+          CUDA_OK(kernels::cuda::changes_scratch_bytes(n, ce, &sb));
+          Dev scratch(sb);
+          CUDA_OK(kernels::cuda::count_changes(c0, s0, n, es, ce, doffs.get<uint64_t>(), scratch.p, sb, nullptr));
+          std::vector<uint64_t> off(nchunks + 1);
+          CUDA_OK(cudaMemcpy(off.data(), doffs.p, off.size() * 8, cudaMemcpyDeviceToHost));
+          const std::string what = "es " + std::to_string(es) + " chunk " + std::to_string(ce) + " skew " +
+                                   std::to_string(skew) + " density " + std::to_string(density);
+          ASSERT_EQ(off, want_off) << what;
+          Dev dpos(k * 4 + 4), dold(k * es + 1), dnew(k * es + 1);
+          CUDA_OK(kernels::cuda::collect_changes(c0, s0, n, es, ce, dpos.get<uint32_t>(), dold.p, dnew.p, scratch.p, sb, nullptr));
+          std::vector<uint32_t> pos(k);
+          std::vector<uint8_t> old(k * es), nw(k * es), sh(shadow.size());
+          CUDA_OK(cudaMemcpy(pos.data(), dpos.p, k * 4, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(old.data(), dold.p, k * es, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(nw.data(), dnew.p, k * es, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(sh.data(), s0, sh.size(), cudaMemcpyDeviceToHost));
+          want_pos.resize(k);
+          want_old.resize(k * es);
+          want_new.resize(k * es);
+          EXPECT_EQ(pos, want_pos) << what;
+          EXPECT_EQ(old, want_old) << what;
+          EXPECT_EQ(nw, want_new) << what;
+          EXPECT_EQ(sh, cur) << what << ": the shadow is refreshed";
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, ScratchTooSmallIsAnErrorNotACorruption) {
   SKIP_WITHOUT_GPU();
   Dev a(4096), b(4096), pos(4096), o(4096), nw(4096), cnt(4), scratch(1);
@@ -129,6 +189,33 @@ TEST(CudaKernels, ScratchTooSmallIsAnErrorNotACorruption) {
                                    1 << 20, nullptr),
             0)
       << "element size 3";
+}
+
+// The device's block sums equal the host's for every block, at any alignment of the buffer, for
+// blocks that are not a whole number of windows or vectors, and for an odd last byte.
+TEST(CudaKernels, BlockSumsMatchTheHost) {
+  SKIP_WITHOUT_GPU();
+  const auto host = test::random_bytes((1u << 20) + 4099, 21);
+  Dev d(host.size());
+  CUDA_OK(cudaMemcpy(d.p, host.data(), host.size(), cudaMemcpyHostToDevice));
+  Dev sums(2 * 8 * 4096);
+  for (size_t offset : {0, 1, 2, 16}) {
+    for (uint64_t block : {uint64_t(1) << 21, uint64_t(1) << 16, uint64_t(8192), uint64_t(1000), uint64_t(777), uint64_t(3)}) {
+      for (uint64_t bytes : {uint64_t(host.size() - 16), uint64_t(70001), uint64_t(1024), uint64_t(5)}) {
+        const uint64_t nb = (bytes + block - 1) / block;
+        if (nb > 4096) continue;
+        CUDA_OK(kernels::cuda::block_sums(d.get<uint8_t>() + offset, bytes, block, sums.get<uint32_t>(), nullptr));
+        std::vector<uint32_t> lanes(2 * nb);
+        CUDA_OK(cudaMemcpy(lanes.data(), sums.p, lanes.size() * 4, cudaMemcpyDeviceToHost));
+        for (uint64_t b = 0; b < nb; ++b) {
+          const uint64_t want = format::block_sum(host.data() + offset + b * block, std::min(block, bytes - b * block));
+          ASSERT_EQ((uint64_t(lanes[2 * b]) << 32) | lanes[2 * b + 1], want)
+              << "offset " << offset << " block " << block << " bytes " << bytes << ": block " << b;
+        }
+      }
+    }
+  }
+  EXPECT_NE(kernels::cuda::block_sums(d.p, 100, 0, sums.get<uint32_t>(), nullptr), 0) << "zero block size";
 }
 
 test::DeviceMem cuda_mem(std::vector<void*>& owned) {
