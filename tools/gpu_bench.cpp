@@ -1,6 +1,7 @@
-// sparrow-gpu-bench: GPU extraction throughput against the device's own copy bandwidth (same run),
-// and the GPU stages of a sparse step (device extraction + host coding, then apply onto device
-// memory) against the time the step's bytes take on a 10 Gbit/s link.
+// sparrow-gpu-bench: GPU extraction and block-sum throughput against the device's own copy bandwidth
+// (same run), and the stages of a sparse step on device buffers (encode: device extraction + host
+// coding; apply: base verification, decoding, writes to device memory) against the time the step's
+// bytes take on a 10 Gbit/s link, for the first delta and for the steady state.
 //
 //   sparrow-gpu-bench [--gib 2] [--density 0.01] [--reps 5]
 #include <cuda_runtime.h>
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/args.h"
+#include "core/parallel.h"
 #include "kernels/cpu/delta.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/device.h"
@@ -33,23 +36,86 @@ static double now_s() {
 
 static void usage() {
   printf("usage: sparrow-gpu-bench [--gib G] [--density D] [--reps N]\n"
-         "  GPU extraction bandwidth vs device copy bandwidth, and GPU stage time vs 10 Gbit/s wire time.\n");
+         "  GPU extraction and block-sum bandwidth vs the device copy bandwidth, and the GPU stages of one\n"
+         "  sparse step (encode, then apply with base verification) vs its time on a 10 Gbit/s link.\n"
+         "  --gib G      buffer size in GiB of bf16 (0.001..64, default 2)\n"
+         "  --density D  fraction of elements changed (0.0001..1, default 0.01)\n"
+         "  --reps N     timed repetitions of each kernel, best kept (1..1000, default 5)\n");
+}
+
+// One sparse step through the codec, timed: encode of the trainer's device buffer, apply onto a
+// receiver's device buffer (base verification included); bit-exact against `want`.
+static bool timed_step(const char* label, kernels::cpu::DeltaEncoder& enc, const void* src, void* dst,
+                       const std::vector<kernels::cpu::TensorSpec>& layout, kernels::cpu::ReceiverState& rs,
+                       const std::vector<uint16_t>& want) {
+  const size_t bytes = want.size() * 2;
+  kernels::cpu::EncodeStats es;
+  const void* srcs[] = {src};
+  void* dsts[] = {dst};
+  double t0 = now_s();
+  auto delta = enc.encode(srcs, {}, &es);
+  double t1 = now_s();
+  if (!delta.ok()) return fprintf(stderr, "%s\n", delta.status().to_string().c_str()), false;
+  kernels::cpu::ApplyStats as;
+  auto a = kernels::cpu::apply_checkpoint(delta.value(), dsts, layout, rs, {}, &as);
+  double t2 = now_s();
+  if (!a.ok()) return fprintf(stderr, "%s\n", a.to_string().c_str()), false;
+  const double wire_s = es.wire_bytes * 8.0 / 10e9;
+  printf("%s: %llu changes, %.2f MB on the wire (%.1fx), %.1f ms on a 10 Gbit/s link\n", label,
+         (unsigned long long)es.changes, es.wire_bytes / 1e6, double(es.dense_bytes) / double(es.wire_bytes), wire_s * 1e3);
+  printf("  encode (device extraction + host coding): %.1f ms = %.2f x wire time (%d threads: extraction %.1f, coding %.1f "
+         "thread-ms)\n",
+         (t1 - t0) * 1e3, (t1 - t0) / wire_s, kernel_threads(), es.extract_seconds * 1e3, es.encode_seconds * 1e3);
+  printf("  apply onto device memory:                  %.1f ms = %.2f x wire time (verify %.1f, decode %.1f, write %.1f ms)\n",
+         (t2 - t1) * 1e3, (t2 - t1) / wire_s, as.verify_seconds * 1e3, as.decode_seconds * 1e3, as.write_seconds * 1e3);
+  std::vector<uint16_t> check(want.size());
+  if (cudaMemcpy(check.data(), dst, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  const bool exact = memcmp(check.data(), want.data(), bytes) == 0;
+  printf("  bit-exact: %s\n", exact ? "yes" : "NO");
+  return exact;
+}
+
+// Version 1 everywhere, then two deltas: the first allocates the encoder's pinned room for the
+// changes, the second is the steady state of a training run.
+static int measure_steps(size_t n, size_t bytes, void* trainer, const void* next, const std::vector<uint16_t>& h_old,
+                         const std::vector<uint16_t>& h_new) {
+  if (!kernels::device_ops()) {
+    printf("libsparrow_cuda not loadable (%s): skipping the end-to-end stage\n", kernels::device_unavailable_reason().c_str());
+    return 0;
+  }
+  std::vector<kernels::cpu::TensorSpec> layout = {{"w", 9, n}};
+  kernels::cpu::DeltaEncoder enc(layout);
+  void* target;
+  CK(cudaMalloc(&target, bytes));
+  const void* src[] = {trainer};
+  void* dst[] = {target};
+  kernels::cpu::ReceiverState rs;
+  auto full = enc.encode(src);
+  if (!full.ok()) return fprintf(stderr, "%s\n", full.status().to_string().c_str()), 1;
+  if (auto a = kernels::cpu::apply_checkpoint(full.value(), dst, layout, rs); !a.ok())
+    return fprintf(stderr, "%s\n", a.to_string().c_str()), 1;
+  CK(cudaMemcpy(trainer, next, bytes, cudaMemcpyDeviceToDevice));  // version 2
+  if (!timed_step("first sparse step through the codec", enc, trainer, target, layout, rs, h_new)) return 1;
+  CK(cudaMemcpy(trainer, h_old.data(), bytes, cudaMemcpyHostToDevice));  // version 3: the same elements change back
+  if (!timed_step("next sparse step (steady state)", enc, trainer, target, layout, rs, h_old)) return 1;
+  return 0;
 }
 
 int main(int argc, char** argv) {
+  const char* P = "sparrow-gpu-bench";
   double gib = 2, density = 0.01;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--gib" || a == "--density" || a == "--reps") && i + 1 < argc) {
-      double v = atof(argv[++i]);
-      if (a == "--gib") gib = v;
-      else if (a == "--density") density = v;
-      else reps = int(v);
-    } else {
-      usage();
-      return a == "-h" || a == "--help" ? 0 : 2;
+    if (a == "-h" || a == "--help") return usage(), 0;
+    if (a != "--gib" && a != "--density" && a != "--reps") {
+      fprintf(stderr, "%s: unknown argument '%s'\n", P, a.c_str());
+      return usage(), args::kUsage;
     }
+    const char* v = i + 1 < argc ? argv[++i] : nullptr;
+    if (a == "--gib") gib = args::number(P, "--gib", v, 0.001, 64);
+    else if (a == "--density") density = args::number(P, "--density", v, 1e-4, 1);
+    else reps = int(args::integer(P, "--reps", v, 1, 1000));
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -122,42 +188,23 @@ int main(int argc, char** argv) {
   printf("extraction:  %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n", ex_bw, ex_bw / copy_bw,
          best_ex * 1e3, bytes / double(1ull << 30));
 
-  // The full GPU path of one step through the codec (device extraction, host coding), then apply.
-  auto* ops = kernels::device_ops();
-  if (!ops) {
-    printf("libsparrow_cuda not loadable (%s): skipping the end-to-end stage\n", kernels::device_unavailable_reason().c_str());
-    return 0;
+  // Base verification's read: the block sums of the whole buffer (1 M-element blocks), read once.
+  const uint64_t block_bytes = uint64_t(1) << 21;
+  uint32_t* sums;
+  CK(cudaMalloc(&sums, (bytes / block_bytes + 1) * 8));
+  double best_sum = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(e0, st);
+    CK(kernels::cuda::block_sums(cur, bytes, block_bytes, sums, st));
+    cudaEventRecord(e1, st);
+    CK(cudaEventSynchronize(e1));
+    cudaEventElapsedTime(&ms, e0, e1);
+    best_sum = std::min(best_sum, ms / 1e3);
   }
-  std::vector<kernels::cpu::TensorSpec> layout = {{"w", 9, n}};
-  kernels::cpu::DeltaEncoder enc(layout);
-  void* target;
-  CK(cudaMalloc(&target, bytes));
-  const void* src[] = {old};
-  void* dst[] = {target};
-  kernels::cpu::ReceiverState rs;
-  auto full = enc.encode(src);  // version 1 everywhere
-  if (!full.ok()) return fprintf(stderr, "%s\n", full.status().to_string().c_str()), 1;
-  if (auto a = kernels::cpu::apply_checkpoint(full.value(), dst, layout, rs); !a.ok())
-    return fprintf(stderr, "%s\n", a.to_string().c_str()), 1;
-  CK(cudaMemcpy(old, cur, bytes, cudaMemcpyDeviceToDevice));  // the trainer's buffer now holds version 2
-  kernels::cpu::EncodeStats es_;
-  double t0 = now_s();
-  auto delta = enc.encode(src, {}, &es_);
-  double t1 = now_s();
-  if (!delta.ok()) return fprintf(stderr, "%s\n", delta.status().to_string().c_str()), 1;
-  kernels::cpu::ApplyStats as;
-  auto a = kernels::cpu::apply_checkpoint(delta.value(), dst, layout, rs, {}, &as);
-  double t2 = now_s();
-  if (!a.ok()) return fprintf(stderr, "%s\n", a.to_string().c_str()), 1;
-  const double wire_s = es_.wire_bytes * 8.0 / 10e9;
-  printf("sparse step through the codec: %llu changes, %.2f MB on the wire (%.1fx), %.1f ms on a 10 Gbit/s link\n",
-         (unsigned long long)es_.changes, es_.wire_bytes / 1e6, double(es_.dense_bytes) / double(es_.wire_bytes),
-         wire_s * 1e3);
-  printf("  encode (device extraction + host coding): %.1f ms = %.2f x wire time\n", (t1 - t0) * 1e3, (t1 - t0) / wire_s);
-  printf("  apply onto device memory:                  %.1f ms = %.2f x wire time\n", (t2 - t1) * 1e3, (t2 - t1) / wire_s);
-  std::vector<uint16_t> check(n);
-  CK(cudaMemcpy(check.data(), target, bytes, cudaMemcpyDeviceToHost));
-  const bool exact = memcmp(check.data(), h_new.data(), bytes) == 0;
-  printf("  bit-exact: %s\n", exact ? "yes" : "NO");
-  return exact ? 0 : 1;
+  const double sum_bw = bytes / best_sum / 1e9;
+  printf("block sums:  %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n", sum_bw, sum_bw / copy_bw,
+         best_sum * 1e3, bytes / double(1ull << 30));
+
+  // The full GPU path of one step through the codec (device extraction, host coding), then apply.
+  return measure_steps(n, bytes, old, cur, h_old, h_new);
 }
