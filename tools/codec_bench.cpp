@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
     printf("\"model\": \"%s\", \"layers\": %lld, \"vocab\": %lld, \"elements\": %llu, \"steps\": %d, \"lr\": %g, "
            "\"density\": %.6f, \"dense_bytes\": %.0f, \"wire_bytes\": %.0f, \"ratio\": %.2f, "
            "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
-           "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, "
+           "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, \"extract_isa\": \"%s\", "
            "\"read_bandwidth_gbps\": %.3f, \"extract_vs_read_bandwidth\": %.3f, \"encode_gbps\": %.3f, "
            "\"encode_threads\": %d, \"value_sample\": %zu, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
            "\"apply_write_ns_per_change\": %.2f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
@@ -226,16 +226,16 @@ int main(int argc, char** argv) {
            "\"bit_exact\": %s}\n",
            g.config().name.c_str(), (long long)(go.layers ? go.layers : g.config().layers), (long long)go.vocab,
            (unsigned long long)g.elements(), steps, go.lr, density, dense, wire, dense / wire, paper, dense / paper,
-           idx_bits, ent_bits, idx_bits / ent_bits, extract_gbps, read_bw, extract_gbps / read_bw, encode_gbps,
+           idx_bits, ent_bits, idx_bits / ent_bits, extract_gbps, kernels::cpu::isa_name(eo.isa), read_bw, extract_gbps / read_bw, encode_gbps,
            eo.threads, eo.value_sample, apply_gbps, decode_ns, write_ns, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
            ao.verify_base ? "true" : "false", verify_gbps, sum_verify_s / steps, exact ? "true" : "false");
   } else {
     printf("\nmean over %d steps: density %.3f%%, %.1f MB dense -> %.3f MB wire: ratio %.1fx (SparrowRL format %.1fx)\n",
            steps, 100 * density, dense / 1e6, wire / 1e6, dense / wire, dense / paper);
     printf("index: %.2f bits/change vs entropy bound %.2f (%.3fx)\n", idx_bits, ent_bits, idx_bits / ent_bits);
-    printf("extraction: %.2f GB/s read on %d core(s) vs single-core read bandwidth %.2f GB/s (%.2fx); "
+    printf("extraction (%s path): %.2f GB/s read on %d core(s) vs single-core read bandwidth %.2f GB/s (%.2fx); "
            "encode end to end %.2f GB/s dense\n",
-           extract_gbps, eo.threads, read_bw, extract_gbps / read_bw, encode_gbps);
+           kernels::cpu::isa_name(eo.isa), extract_gbps, eo.threads, read_bw, extract_gbps / read_bw, encode_gbps);
     printf("apply: %.2f GB/s of wire bytes (%.2fx what a 10 Gbit/s link delivers) on %d thread(s); per change: "
            "decode %.2f ns + write %.2f ns\n", apply_gbps, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
            decode_ns, write_ns);
