@@ -125,7 +125,12 @@ bool Relay::ask_adopter(uint32_t sub, const Status& why) {
   hold_children();  // (before the wait: the children's patience is shorter than the asking)
   const auto by = transport::deadline_in(adopt_wait_s());
   const Frame rq = share(reattach_request(sub));
-  if (!w_.net.send(a, w_.key(kAdoptSub), transport::Payload{rq->data(), rq->size(), rq}, by).ok()) return false;
+  auto asked = w_.net.send(a, w_.key(kAdoptSub), transport::Payload{rq->data(), rq->size(), rq}, by);
+  if (!asked.ok()) {
+    SPARROW_INFO("rank %d: could not ask rank %d, of its region, to adopt it in operation %llu (%s); asking the root",
+                 w_.net.rank(), a, (unsigned long long)w_.seq, asked.status().message().c_str());
+    return false;
+  }
   auto yes = w_.recv(a, kAdoptSub, by);
   if (!yes.ok()) {
     SPARROW_INFO("rank %d: rank %d, of its region, did not adopt it in operation %llu within %.0f ms (it has "
@@ -141,6 +146,7 @@ bool Relay::ask_adopter(uint32_t sub, const Status& why) {
 }
 
 void Relay::serve_adoptions() {
+  std::lock_guard<std::mutex> lk(serve_mu_);
   for (auto it = adoptable_.begin(); it != adoptable_.end();) {
     const int r = *it;
     auto rq = w_.net.poll(r, w_.key(kAdoptSub));  // (no connecting: preconnect did)
@@ -150,14 +156,52 @@ void Relay::serve_adoptions() {
       continue;
     }
     std::vector<std::pair<uint32_t, transport::Payload>> backlog;
-    for (auto& [sub, f] : kept_)
-      if (sub >= from.value()) backlog.emplace_back(sub, transport::Payload{f->data(), f->size(), f});
+    for (auto& [sub, p] : kept_)
+      if (sub >= from.value()) backlog.emplace_back(sub, p);
     out_.adopt(r, backlog);
     (void)w_.send({r}, kAdoptSub, share(std::vector<uint8_t>{1}));
     SPARROW_INFO("rank %d adopted rank %d in operation %llu: parts %u.. (%zu sent now)", w_.net.rank(), r,
                  (unsigned long long)w_.seq, from.value(), backlog.size());
     it = adoptable_.erase(it);
   }
+}
+
+void Relay::start_server() {
+  if (adoptable_.empty() || server_.joinable()) return;
+  server_ = std::thread([this] {
+    auto& arrivals = w_.net.arrivals();
+    while (!stop_server_.load()) {
+      const uint64_t seen = arrivals.generation();  // before looking: nothing arriving meanwhile is missed
+      serve_adoptions();
+      {
+        std::lock_guard<std::mutex> lk(serve_mu_);
+        if (adoptable_.empty()) return;
+      }
+      arrivals.wait(seen, w_.deadline);
+      if (transport::Clock::now() >= w_.deadline) return;
+    }
+  });
+}
+
+void Relay::stop_server() {
+  if (!server_.joinable()) return;
+  stop_server_ = true;
+  w_.net.arrivals().bump();
+  server_.join();
+}
+
+void Relay::finish() {
+  stop_server();
+  out_.finish();
+}
+
+Relay::~Relay() { stop_server(); }
+
+void Relay::forward(uint32_t sub, const transport::Payload& p, const Frame& owner) {
+  std::lock_guard<std::mutex> lk(serve_mu_);  // an adoption sees the part either kept or sent to it
+  if (owner) out_.send(sub, owner);
+  else out_.send_borrowed(sub, p.data, p.len);
+  if (!adoptable_.empty() && sub != 0) kept_.emplace_back(sub, p);
 }
 
 Result<std::vector<uint8_t>> Relay::recv_serving(uint32_t sub, transport::Deadline d) {
@@ -235,8 +279,7 @@ Result<Frame> Relay::next(uint32_t sub) {
   auto m = receive(sub);
   if (!m.ok()) return pass_down(sub, m.status());
   Frame f = share(std::move(m.value()));
-  out_.send(sub, f);
-  if (!adoptable_.empty() && sub != 0) kept_.emplace_back(sub, f);
+  forward(sub, transport::Payload{f->data(), f->size(), f}, f);
   if (is_abort(*f)) return abort_status(*f);  // forwarded already: the subtree learns it too
   if (sub != 0) {
     bytes_ += f->size();
@@ -248,11 +291,13 @@ Result<Frame> Relay::next(uint32_t sub) {
 }
 
 Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
+  start_server();
   std::vector<uint8_t> other;  // not a segment: an abort frame from above (or junk)
   auto get = [&] { return w_.net.recv_into(parent_, w_.key(sub), dst, n, part_deadline(), &other); };
   Status s = get();
   while (!s.ok() && held(s)) s = get();
   if (s.ok()) skip_holds();
+  if (!s.ok() && ask_adopter(sub, s)) s = get();
   if (!s.ok() && reattach(sub, s)) s = get();  // the root sends the segment whole again
   if (!s.ok()) return pass_down(sub, std::move(s));
   if (!other.empty()) {
@@ -265,7 +310,7 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
                                       " from rank " + std::to_string(parent_) + " has " + std::to_string(f->size()) +
                                       " bytes, not the " + std::to_string(n) + " of its segment"));
   }
-  out_.send_borrowed(sub, dst, n);
+  forward(sub, transport::Payload{dst, n, nullptr}, nullptr);
   bytes_ += n;
   got_part_ = true;
   return Status::Ok();

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "collectives/protocol.h"
@@ -70,11 +71,13 @@ class Relay {
   // root once: this rank asks it for the parts from the one it waits for on (elastic.h). The first
   // payload part, which waits for the pipeline to fill along every hop above (a whole dense segment
   // per hop), gets half a lease more. The root itself is awaited at most `lease_s` per part.
-  // Sparse parts only: `adopter` (-1: none) is asked first when the parent fails, before the root: a
-  // rank of this rank's region above the parent, which holds the parts (adopter_for, elastic.h). It
-  // answers at once if it is still receiving the operation; otherwise this rank re-attaches to the
-  // root after a short wait. `adoptable`: the ranks that may ask this rank to adopt them
-  // (adoptable_by); it serves them from the parts it kept while it waits for its own.
+  // `adopter` (-1: none) is asked first when the parent fails, before the root: a rank of this
+  // rank's region above the parent, which holds the parts (adopter_for, elastic.h). It answers at
+  // once if it is still receiving the operation; otherwise this rank re-attaches to the root after a
+  // short wait. `adoptable`: the ranks that may ask this rank to adopt them (adoptable_by); it serves
+  // them from the parts it kept (sparse frames; dense segments where they landed) while it waits for
+  // its own: in next() between polls, in next_into() from a thread of its own, since a receive into
+  // caller memory cannot be interrupted.
   void attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s,
                       int adopter = -1, std::vector<int> adoptable = {});
   // Connects to the children by `d`; also to the higher ranks this rank may adopt (a lower rank
@@ -87,7 +90,17 @@ class Relay {
   // `dst` must stay valid until finish(). An abort frame (or a re-attach) works as in next(); a
   // failed segment may leave `dst` partly written.
   Status next_into(uint32_t sub, uint8_t* dst, size_t n);
-  void finish() { out_.finish(); }
+  // Stops serving adoptions, then waits until everything was handed to the transport.
+  void finish();
+  // Waits until everything sent so far was handed to the transport, but goes on serving adoptions
+  // from the parts this rank holds (next_into's segments stay where they landed) until finish(): a
+  // rank that received its whole part is still the best source for an orphan of its region while it
+  // waits for the verdict.
+  void flush() { out_.finish(); }
+  // After next()'s last part: serves adoptions from the kept frames on a thread of its own until
+  // finish(), while this rank checks and acknowledges its step.
+  void keep_serving() { start_server(); }
+  ~Relay();
 
   int parent() const { return parent_; }
   const std::vector<int>& children() const { return out_.children(); }
@@ -121,8 +134,8 @@ class Relay {
   bool take_hold();
   // A part came: the holds that came before it are spent (they must not stretch a later wait).
   void skip_holds();
-  // Elastic, sparse: the parent failed (`why`) while part `sub` was awaited; asks the adopter to take
-  // this rank on from `sub`. True when it said yes (within adopt_wait_s()): it is the parent now.
+  // Elastic: the parent failed (`why`) while part `sub` was awaited; asks the adopter to take this
+  // rank on from `sub`. True when it said yes (within adopt_wait_s()): it is the parent now.
   bool ask_adopter(uint32_t sub, const Status& why);
   double adopt_wait_s() const;
   // Part `sub` from the parent by `d`, meanwhile adopting the orphans that ask (when this rank may
@@ -130,6 +143,12 @@ class Relay {
   Result<std::vector<uint8_t>> recv_serving(uint32_t sub, transport::Deadline d);
   // Takes on every adoptable rank whose request came (no waiting).
   void serve_adoptions();
+  // next_into(): the thread that serves adoptions while the receive blocks (started at the first
+  // segment, stopped by finish()).
+  void start_server();
+  void stop_server();
+  // After part `sub` arrived: to the children, and kept for orphans this rank may adopt.
+  void forward(uint32_t sub, const transport::Payload& p, const Frame& owner);
   OpWire w_;
   int parent_;
   int root_ = -1;       // elastic: who to re-attach to (-1: not elastic)
@@ -137,9 +156,12 @@ class Relay {
   bool reattached_ = false;
   uint32_t holds_taken_ = 0, holds_sent_ = 0;  // kHoldSub + k: from the parent, to the children
   bool got_part_ = false;  // a payload part arrived (before: the pipeline is still filling)
-  int adopter_ = -1;       // elastic, sparse: asked first when the parent fails (-1: none, or asked)
-  std::vector<int> adoptable_;                   // ranks that may ask this rank to adopt them
-  std::vector<std::pair<uint32_t, Frame>> kept_;  // the parts received, for them (only when adoptable_)
+  int adopter_ = -1;       // elastic: asked first when the parent fails (-1: none, or asked)
+  std::mutex serve_mu_;    // adoptable_, kept_ and forwarding, between the receive and the server
+  std::vector<int> adoptable_;  // ranks that may ask this rank to adopt them
+  std::vector<std::pair<uint32_t, transport::Payload>> kept_;  // the parts received, for them
+  std::thread server_;
+  std::atomic<bool> stop_server_{false};
   Fanout out_;
   std::atomic<uint64_t> bytes_{0};
 };

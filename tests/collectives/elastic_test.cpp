@@ -661,6 +661,20 @@ TEST(ElasticDense, RelayDyingMidStepIsReplacedByTheRoot) {
   expect_only_the_victim_lost(run(p), p, -SIGKILL);
 }
 
+// The same in regions a,b,b,b with relay rank 2 killed: rank 3 asks rank 1 (its region, above rank
+// 2) to adopt it first; rank 1 serves it from the segments it holds if it is still receiving, else
+// rank 3 takes the rest from the root. Either way every survivor gets every step.
+TEST(ElasticDense, ChildOfARelayDyingMidStepIsAdoptedInItsRegionOrServedByTheRoot) {
+  Plan p;
+  p.dense = true;
+  p.count = 4 << 20;
+  p.algo = "chain";
+  p.regions = "abbb";
+  p.victim = 2;
+  p.fault = Fault::kKillMidStep;
+  expect_only_the_victim_lost(run(p), p, -SIGKILL);
+}
+
 // The relay stops before a dense step: its child re-attaches once its patience runs out, the root
 // drops the relay within the lease, the step costs about one lease; resumed, the relay is told it is
 // out, its buffer as it was.

@@ -311,6 +311,58 @@ TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot)
   EXPECT_FALSE(wire_of(*nets[0]).recv(3, kReattachSub, transport::Clock::now()).ok()) << "rank 3 asked the root";
 }
 
+// The same for a dense broadcast's segments, received into caller memory: rank 1's receive blocks
+// in place, so a thread of its own serves the adoption, from the segments where they landed.
+TEST(Relay, OrphanOfADenseBroadcastIsAdoptedByTheRankAboveItsParent) {
+  auto nets = test::make_nets("loopback", 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const size_t seg = 1000;
+  std::vector<Frame> sent(5);
+  std::vector<uint8_t> whole;
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    sent[sub] = share(test::random_bytes(seg, sub));
+    whole.insert(whole.end(), sent[sub]->begin(), sent[sub]->end());
+  }
+  Relay mid(wire_of(*nets[1], 30), -1, {});
+  mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
+  Relay leaf(wire_of(*nets[3], 30), -1, {});
+  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool has_first = false;
+  std::thread root([&] {
+    ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1, sent[1]).ok());
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(20), [&] { return has_first; });
+    for (uint32_t sub = 2; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({1}, sub, sent[sub]).ok());
+  });
+  std::vector<uint8_t> at_mid(whole.size()), at_leaf(whole.size());
+  std::thread mid_rank([&] {
+    mid.preconnect(transport::deadline_in(10));
+    for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+      Status st = mid.next_into(sub, at_mid.data() + (sub - 1) * seg, seg);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    mid.finish();
+  });
+  for (uint32_t sub = 1; sub < sent.size(); ++sub) {
+    Status st = leaf.next_into(sub, at_leaf.data() + (sub - 1) * seg, seg);
+    EXPECT_TRUE(st.ok()) << "segment " << sub << ": " << st.to_string();
+    if (sub == 1) {
+      std::lock_guard<std::mutex> lk(mu);
+      has_first = true;
+      cv.notify_all();
+    }
+  }
+  leaf.finish();
+  mid_rank.join();
+  root.join();
+  EXPECT_EQ(at_leaf, whole);
+  EXPECT_EQ(at_mid, whole);
+  EXPECT_EQ(leaf.parent(), 1) << "rank 3 was adopted by rank 1";
+  EXPECT_FALSE(wire_of(*nets[0]).recv(3, kReattachSub, transport::Clock::now()).ok()) << "rank 3 asked the root";
+}
+
 // The same when the adopter does not answer (it has finished its part of the operation, or is
 // stalled too): the orphan re-attaches to the root after a short wait.
 TEST(Relay, OrphanWhoseAdopterDoesNotAnswerReattachesToTheRoot) {

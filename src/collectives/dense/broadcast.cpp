@@ -204,7 +204,8 @@ Status elastic_root(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
 }
 
 // A receiver's elastic operation: the header from the root, its place in the tree over the members,
-// the segments of every buffer (re-attaching to the root if its parent fails), its acknowledgement
+// the segments of every buffer (if its parent fails: adopted by a rank of its region above it, or
+// re-attached to the root), its acknowledgement
 // and the verdict.
 Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, DenseOp& op) {
   const OpWire w = e.wire(op.seq);
@@ -220,7 +221,8 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
   Relay relay(w, -1, {});
   const int me = e.rank();
   relay.attach_elastic(op.tree.parent[me], op.tree.children[me], root, e.comm.lease_s(),
-                       reattach_patience(op.tree, me, e.comm.lease_s()));
+                       reattach_patience(op.tree, me, e.comm.lease_s()), adopter_for(op.tree, me),
+                       adoptable_by(op.tree, me));
   relay.preconnect(transport::deadline_in(e.comm.lease_s()));
   // All or nothing: the segments land in host staging (forwarded from there), and the receive
   // buffers are written only once the root's verdict said every member agreed. A failed call (the
@@ -235,14 +237,17 @@ Status elastic_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Den
     got = receive_segments(relay, staging[k].data(), staging[k].size(), seg, uint32_t(sub));
     sub += segments(staging[k].size(), seg);
   }
-  relay.finish();
+  relay.flush();  // (adoptions are served until the verdict: relay.finish() below)
   alive.stop();
   if (!got.ok()) {
     (void)w.send({root}, kAckSub, share(Ack{got}.encode()));  // best effort: the root may be gone
+    relay.finish();
     return got;
   }
-  SPARROW_RETURN_IF_ERROR(w.send({root}, kAckSub, share(Ack{op.result}.encode())));
-  Status verdict = recv_verdict(w, root);
+  Status acked = w.send({root}, kAckSub, share(Ack{op.result}.encode()));
+  Status verdict = acked.ok() ? recv_verdict(w, root) : acked;
+  relay.finish();
+  SPARROW_RETURN_IF_ERROR(acked);
   SPARROW_RETURN_IF_ERROR(op.result);
   SPARROW_RETURN_IF_ERROR(verdict);
   for (size_t k = 0; k < staging.size(); ++k)

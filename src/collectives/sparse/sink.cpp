@@ -185,6 +185,7 @@ Phase SparseSink::on_stream() {
     }
     job->push(f.value());
   }
+  relay_.keep_serving();  // an orphan of this region may still ask (until on_flush)
   Status decoded = job->join();
   state_.verified(job->verified());
   if (!got.ok()) got.context(state_.where());
