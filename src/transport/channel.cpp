@@ -187,14 +187,23 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, st
   }
   Status s = wait_locked(lk, k, d);
   if (!s.ok()) {
-    // The caller's buffer must not be written after we return: drop the registration only if no
-    // frame is being written into it (claimed == got); otherwise wait for those frames (woken by
-    // frame_end; a frame being written is already in this host's memory, so this is short). No
-    // deadline: returning earlier would let the transport write into memory the caller reuses.
+    // The caller's buffer must not be written after we return: drop the registration only once no
+    // frame is being written into it (claimed == got; woken by frame_end: a frame being written is
+    // already in this host's memory, so this is short; no deadline: returning earlier would let the
+    // transport write into memory the caller reuses). Fragments that landed already move to the
+    // entry's own buffer, where the rest of the message lands too: the message is whole for the next
+    // receive (dropping them lost it for good, and a relay's child waited out its patience for a
+    // part its parent had sent just as it gave up once).
     auto e = entries_.find(k);
     if (e != entries_.end() && e->second.ext) {
       cv_.wait(lk, [&] { return e->second.claimed == e->second.got || !failed_.ok(); });
-      entries_.erase(e);
+      Entry& en = e->second;
+      if (en.got == 0 || !failed_.ok()) {
+        entries_.erase(e);
+      } else {
+        en.own.assign(en.ext, en.ext + en.total);
+        en.ext = nullptr;
+      }
     }
     return s;
   }

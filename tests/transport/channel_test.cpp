@@ -148,6 +148,46 @@ TEST(MailboxTest, MessageOfAnotherLengthGoesAsideInsteadOfIntoTheCallersBuffer) 
   EXPECT_EQ(buf, "12345678");
 }
 
+// A receive into the caller's buffer that times out while a message is arriving (the first of its
+// two fragments landed in that buffer) keeps what landed: the next receive gets the message whole.
+// (The fragment went with the buffer's registration, and the message never completed: a relay's
+// child whose patience ran out just as its parent's part began to arrive never got that part.)
+TEST(MailboxTest, ReceiveThatTimesOutMidMessageKeepsWhatArrived) {
+  Mailbox mb("rank 1", 1);
+  InstantConn a(0);
+  bool landed_in_callers_buffer = false;
+  for (uint32_t attempt = 0; attempt < 200 && !landed_in_callers_buffer; ++attempt) {
+    const MsgKey k{1, 9, 100 + attempt};
+    std::string buf(8, '.');
+    Status first;
+    std::thread rx([&] {
+      first = mb.recv_into(k, buf.data(), buf.size(), std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    });
+    for (int i = 0; i < 1000; ++i) std::this_thread::yield();  // (the receive usually registers first)
+    FrameHeader h;
+    h.key = k;
+    h.total = 8;
+    h.len = 4;
+    auto dst = mb.frame_begin(&a, h);
+    ASSERT_TRUE(dst.ok());
+    landed_in_callers_buffer = dst.value() == reinterpret_cast<uint8_t*>(buf.data());
+    memcpy(dst.value(), "1234", 4);
+    mb.frame_end(&a, h);
+    rx.join();
+    EXPECT_EQ(first.code(), Code::kTimeout);
+    h.offset = 4;
+    dst = mb.frame_begin(&a, h);
+    ASSERT_TRUE(dst.ok());
+    memcpy(dst.value(), "5678", 4);
+    mb.frame_end(&a, h);
+    std::string again(8, '.');
+    Status s = mb.recv_into(k, again.data(), again.size(), std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(again, "12345678");
+  }
+  EXPECT_TRUE(landed_in_callers_buffer) << "the case was never produced (each fragment arrived before the receive)";
+}
+
 TEST(MailboxTest, AnyOtherFailureFailsAtOnce) {
   Mailbox mb("rank 1", 4);
   InstantConn a(0);
