@@ -158,8 +158,8 @@ void Relay::serve_adoptions() {
     std::vector<std::pair<uint32_t, transport::Payload>> backlog;
     for (auto& [sub, p] : kept_)
       if (sub >= from.value()) backlog.emplace_back(sub, p);
+    (void)w_.send({r}, kAdoptSub, share(std::vector<uint8_t>{1}));  // first: not behind the backlog
     out_.adopt(r, backlog);
-    (void)w_.send({r}, kAdoptSub, share(std::vector<uint8_t>{1}));
     SPARROW_INFO("rank %d adopted rank %d in operation %llu: parts %u.. (%zu sent now)", w_.net.rank(), r,
                  (unsigned long long)w_.seq, from.value(), backlog.size());
     it = adoptable_.erase(it);
@@ -313,6 +313,8 @@ Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   forward(sub, transport::Payload{dst, n, nullptr}, nullptr);
   bytes_ += n;
   got_part_ = true;
+  SPARROW_TRACE("operation %llu: segment %u (%zu bytes) from rank %d, forwarded to %zu child(ren)",
+                (unsigned long long)w_.seq, sub, n, parent_, out_.children().size());
   return Status::Ok();
 }
 

@@ -669,7 +669,8 @@ TEST(ElasticDense, ChildOfARelayDyingMidStepIsAdoptedInItsRegionOrServedByTheRoo
   p.dense = true;
   p.count = 4 << 20;
   p.algo = "chain";
-  p.regions = "abbb";
+  p.n = 6;
+  p.regions = "abbbbb";
   p.victim = 2;
   p.fault = Fault::kKillMidStep;
   expect_only_the_victim_lost(run(p), p, -SIGKILL);
