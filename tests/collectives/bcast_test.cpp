@@ -429,7 +429,11 @@ TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
   std::string rj(need, '\0');
   ASSERT_EQ(sparrowCommGetStatsJson(cs.c[0], rj.data(), rj.size(), nullptr), sparrowSuccess);
   EXPECT_NE(rj.find("\"role\":\"root\""), std::string::npos) << rj;
-  EXPECT_NE(rj.find("\"parent\":null,\"children\":[1,2]"), std::string::npos) << "the flat tree: " << rj;
+  // The flat tree, its children in send order (by latency in whole ms: a slow probe, as under
+  // ThreadSanitizer, can round one of two sub-millisecond latencies up).
+  EXPECT_TRUE(rj.find("\"parent\":null,\"children\":[1,2]") != std::string::npos ||
+              rj.find("\"parent\":null,\"children\":[2,1]") != std::string::npos)
+      << "the flat tree: " << rj;
   EXPECT_NE(j.find("\"parent\":0,\"children\":[]"), std::string::npos) << j;
   EXPECT_EQ(rj.find("\"extract\":null"), std::string::npos) << rj;
   EXPECT_NE(rj.find("\"first_byte\":null"), std::string::npos) << rj;
