@@ -271,6 +271,34 @@ TEST(Relay, ChildOfARankThatReattachesHoldsOnInsteadOfReattachingToo) {
       << "rank 3 asked the root for the rest too";
 }
 
+// The root of the adoption tests: part 1 to rank 1 at once, parts 2.. once opened (when the orphan
+// has part 1), so that rank 1 is still receiving when the orphan asks it.
+class GatedRoot {
+ public:
+  GatedRoot(transport::Net& net, const std::vector<Frame>& sent)
+      : t_([this, &net, &sent] {
+          ASSERT_TRUE(wire_of(net).send({1}, 1, sent[1]).ok());
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait_for(lk, std::chrono::seconds(20), [&] { return open_; });
+          for (uint32_t sub = 2; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(net).send({1}, sub, sent[sub]).ok());
+        }) {}
+  ~GatedRoot() { join(); }
+  void open() {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void join() {
+    if (t_.joinable()) t_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  std::thread t_;
+};
+
 // Chain 0 -> 1 -> 2 -> 3, elastic, sparse parts; rank 2 (rank 3's parent) is silent. Rank 3 asks
 // rank 1 (its adopter: the same region, above rank 2) before the root: rank 1, still receiving the
 // operation, takes it on, sends it the part it already has and forwards every later one to it. The
@@ -283,15 +311,7 @@ TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot)
   mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
   Relay leaf(wire_of(*nets[3], 30), -1, {});
   leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool has_first = false;
-  std::thread root([&] {
-    ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1, sent[1]).ok());
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait_for(lk, std::chrono::seconds(20), [&] { return has_first; });
-    for (uint32_t sub = 2; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({1}, sub, sent[sub]).ok());
-  });
+  GatedRoot root(*nets[0], sent);
   std::thread mid_rank([&] {
     mid.preconnect(transport::deadline_in(10));  // (to rank 3 as well: the lower rank connects)
     for (uint32_t sub = 1; sub < sent.size(); ++sub) {
@@ -300,11 +320,7 @@ TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot)
     }
     mid.finish();
   });
-  take_all(leaf, sent, [&] {
-    std::lock_guard<std::mutex> lk(mu);
-    has_first = true;
-    cv.notify_all();
-  });
+  take_all(leaf, sent, [&] { root.open(); });
   mid_rank.join();
   root.join();
   EXPECT_EQ(leaf.parent(), 1) << "rank 3 was adopted by rank 1";
@@ -327,15 +343,7 @@ TEST(Relay, OrphanOfADenseBroadcastIsAdoptedByTheRankAboveItsParent) {
   mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
   Relay leaf(wire_of(*nets[3], 30), -1, {});
   leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
-  std::mutex mu;
-  std::condition_variable cv;
-  bool has_first = false;
-  std::thread root([&] {
-    ASSERT_TRUE(wire_of(*nets[0]).send({1}, 1, sent[1]).ok());
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait_for(lk, std::chrono::seconds(20), [&] { return has_first; });
-    for (uint32_t sub = 2; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[0]).send({1}, sub, sent[sub]).ok());
-  });
+  GatedRoot root(*nets[0], sent);
   std::vector<uint8_t> at_mid(whole.size()), at_leaf(whole.size());
   std::thread mid_rank([&] {
     mid.preconnect(transport::deadline_in(10));
@@ -348,11 +356,7 @@ TEST(Relay, OrphanOfADenseBroadcastIsAdoptedByTheRankAboveItsParent) {
   for (uint32_t sub = 1; sub < sent.size(); ++sub) {
     Status st = leaf.next_into(sub, at_leaf.data() + (sub - 1) * seg, seg);
     EXPECT_TRUE(st.ok()) << "segment " << sub << ": " << st.to_string();
-    if (sub == 1) {
-      std::lock_guard<std::mutex> lk(mu);
-      has_first = true;
-      cv.notify_all();
-    }
+    if (sub == 1) root.open();
   }
   leaf.finish();
   mid_rank.join();
