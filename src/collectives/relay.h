@@ -10,8 +10,9 @@
 // decoding never delay its subtree. When the parent fails (lost, silent past the deadline), the relay
 // passes the failure down at once as an abort frame in place of the part the children wait for, so
 // the whole subtree returns within a few round trips instead of each rank waiting out its timeout;
-// an abort from above is forwarded like any frame. Elastic, a relay whose parent failed re-attaches
-// to the root and tells its subtree to hold on, so that only it takes the rest from the root. Each
+// an abort from above is forwarded like any frame. Elastic, a relay whose parent failed tells its
+// subtree to hold on and takes the rest from a rank of its region above the parent that still holds
+// the parts (adoption, attach_elastic) or else from the root, so that only it re-attaches. Each
 // frame is addressed by (seq, sub) and checked on its own downstream, which is what lets a child
 // later take the rest from another source.
 #pragma once
