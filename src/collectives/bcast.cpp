@@ -10,10 +10,11 @@
 
 namespace sparrow::coll {
 
-Status no_stage_pending(Engine& e) {
+Status begin_collective(Engine& e) {
   if (e.staged)
     return Error(Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: call "
                                       "sparrowStageCommit before the next collective");
+  e.end_lingering();
   return Status::Ok();
 }
 
@@ -40,7 +41,7 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
 }
 
 Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
-  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  SPARROW_RETURN_IF_ERROR(begin_collective(e));
   InCall busy(e);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root));
   if (e.rank() == root) {
@@ -55,7 +56,7 @@ Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
 
 Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   if (e.rank() == root) return sparse_bcast(e, bufs, root);
-  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  SPARROW_RETURN_IF_ERROR(begin_collective(e));
   auto so = std::make_shared<StagedOp>();
   SPARROW_ASSIGN_OR_RETURN(so->op, begin_sparse(e, bufs, root));
   so->rx = std::make_unique<SparseSink>(e, bufs, root, so->op);
@@ -89,11 +90,12 @@ Status stage_commit(Engine& e) {
 Status finish(Engine& e) {
   // A step still being staged: let it arrive (its receive is bounded by the timeout), then drop it.
   if (auto so = std::move(e.staged)) so->worker.join();
+  e.end_lingering();
   return e.acks.drain(e.wire(0), e.rank(), 0);
 }
 
 Status sparse_reset(Engine& e, const void* buff) {
-  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  SPARROW_RETURN_IF_ERROR(begin_collective(e));
   auto holds = [&](const BufferKey& k) { return std::find(k.begin(), k.end(), buff) != k.end(); };
   for (auto it = e.roots.begin(); it != e.roots.end();) it = holds(it->first) ? e.roots.erase(it) : std::next(it);
   for (auto it = e.recvs.begin(); it != e.recvs.end();) it = holds(it->first) ? e.recvs.erase(it) : std::next(it);

@@ -84,6 +84,11 @@ void Fanout::preconnect(transport::Deadline d) {
   }
 }
 
+std::vector<int> Fanout::children() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return kids_;
+}
+
 std::vector<int> Fanout::lost() const {
   std::lock_guard<std::mutex> lk(mu_);
   return lost_;
@@ -181,6 +186,11 @@ void Relay::start_server() {
       if (transport::Clock::now() >= w_.deadline) return;
     }
   });
+}
+
+bool Relay::may_adopt() const {
+  std::lock_guard<std::mutex> lk(serve_mu_);
+  return !adoptable_.empty();
 }
 
 void Relay::stop_server() {

@@ -41,7 +41,8 @@ class Fanout {
   // call: the caller may destroy the communicator next). A child that failed meanwhile is dropped
   // and logged, not returned: it is that child's failure, not this rank's.
   void finish();
-  const std::vector<int>& children() const { return kids_; }
+  // (A copy: a rank adopted meanwhile is added from another thread.)
+  std::vector<int> children() const;
   std::vector<int> lost() const;
   // Before anything was sent: the children (an elastic receiver learns them from the header).
   void set_children(std::vector<int> children);
@@ -99,12 +100,16 @@ class Relay {
   // waits for the verdict.
   void flush() { out_.finish(); }
   // After next()'s last part: serves adoptions from the kept frames on a thread of its own until
-  // finish(), while this rank checks and acknowledges its step.
+  // finish() or the operation's deadline, while this rank checks and acknowledges its step, and
+  // after its call returned (the sink hands the relay to Engine::lingering).
   void keep_serving() { start_server(); }
   ~Relay();
 
   int parent() const { return parent_; }
-  const std::vector<int>& children() const { return out_.children(); }
+  std::vector<int> children() const { return out_.children(); }
+  // Ranks may still ask this rank to adopt them (any thread): the elastic sink lets the relay go on
+  // serving them after its call returned (Engine::lingering).
+  bool may_adopt() const;
   std::vector<int> lost_children() const { return out_.lost(); }
   const OpWire& wire() const { return w_; }
   // Payload bytes (parts 1..; not the op header) received from the parent so far (any thread).
@@ -158,7 +163,7 @@ class Relay {
   uint32_t holds_taken_ = 0, holds_sent_ = 0;  // kHoldSub + k: from the parent, to the children
   bool got_part_ = false;  // a payload part arrived (before: the pipeline is still filling)
   int adopter_ = -1;       // elastic: asked first when the parent fails (-1: none, or asked)
-  std::mutex serve_mu_;    // adoptable_, kept_ and forwarding, between the receive and the server
+  mutable std::mutex serve_mu_;  // adoptable_, kept_ and forwarding, between the receive and the server
   std::vector<int> adoptable_;  // ranks that may ask this rank to adopt them
   std::vector<std::pair<uint32_t, transport::Payload>> kept_;  // the parts received, for them
   std::thread server_;

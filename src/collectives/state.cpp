@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/relay.h"
 #include "collectives/sparse/stage.h"
 #include "core/log.h"
 
@@ -40,6 +41,13 @@ Engine::~Engine() {
     comm.net().abort(Status(Code::kInternalError, "communicator destroyed while a staged step was in flight"));
     staged.reset();
   }
+  end_lingering();
+}
+
+void Engine::end_lingering() {
+  if (!lingering) return;
+  lingering->finish();
+  lingering.reset();
 }
 
 namespace {

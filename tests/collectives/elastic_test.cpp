@@ -753,6 +753,78 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
   sparrow::params::clear_overrides();
 }
 
+// Ranks as threads, a chain 0 -> 1 -> 2 -> 3 with ranks 1-3 in one region; rank 2 stalls (it skips
+// a step). Rank 1's call returns at its acknowledgement, long before rank 3 gives up on rank 2; rank 3
+// then asks rank 1 to adopt it, and rank 1, its call over, still serves it from the frames it kept
+// (until its next call). Before, only the root could serve rank 3 once rank 1 had returned.
+TEST(ElasticThreads, RelayWhoseCallReturnedStillAdoptsAnOrphanOfItsRegion) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "chain", 1);
+  sparrow::params::clear_overrides();
+  const int n = 4;
+  const char* regions[] = {"a", "b", "b", "b"};
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c(n, nullptr);
+  {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r)
+      ts.emplace_back([&, r] {
+        sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+        cfg.elastic = 1;
+        cfg.leaseMs = 1000;
+        cfg.region = regions[r];
+        (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
+      });
+    for (auto& t : ts) t.join();
+  }
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<uint16_t> src(1 << 16);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i * 7);
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
+  std::vector<sparrowResult_t> rc(n, sparrowInternalError);
+  auto call = [&](int r) {
+    return std::thread([&, r] {
+      rc[size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, src.size(),
+                                         sparrowBfloat16, 0, c[size_t(r)], nullptr);
+    });
+  };
+  {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r) ts.push_back(call(r));
+    for (auto& t : ts) t.join();
+  }
+  for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ", the first step";
+  for (size_t i = 0; i < src.size(); i += 97) src[i] ^= 0x55;
+  std::thread root = call(0);
+  call(1).join();  // rank 1 has returned before rank 3 starts (rank 2 does not call)
+  ASSERT_EQ(rc[1], sparrowSuccess);
+  call(3).join();
+  root.join();
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  EXPECT_EQ(rc[3], sparrowSuccess);
+  EXPECT_EQ(dst[1], src);
+  EXPECT_EQ(dst[3], src);
+  EXPECT_GT(received_from(c[3], 1), 0) << "rank 1 adopted rank 3 after its own call had returned";
+  int live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1, 3})) << "rank 2 dropped at its lease";
+  // The next step (rank 1's lingering relay stops at its call) reaches the members left.
+  src[5] ^= 1;
+  {
+    std::vector<std::thread> ts;
+    for (int r : {0, 1, 3}) ts.push_back(call(r));
+    for (auto& t : ts) t.join();
+  }
+  for (int r : {0, 1, 3}) EXPECT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ", the step after";
+  EXPECT_EQ(dst[3], src);
+  ASSERT_EQ(sparrowCommAbort(c[2]), sparrowSuccess);
+  for (int r : {0, 1, 3}) EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  unsetenv("SPARROW_PROBE_MS");
+  unsetenv("SPARROW_ALGO");
+  sparrow::params::clear_overrides();
+}
+
 // Ranks as threads (ThreadSanitizer sees the admission inside a dense operation): rank 2 is aborted,
 // a joiner thread takes its slot while ranks 0 and 1 go on with dense broadcasts; the root admits it
 // at one of them, and from then on it gets every step bit-exact.

@@ -294,7 +294,7 @@ void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vect
 }  // namespace
 
 Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
-  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  SPARROW_RETURN_IF_ERROR(begin_collective(e));
   InCall busy(e);
   const double t0 = now_s();
   std::vector<DenseOp> ops;

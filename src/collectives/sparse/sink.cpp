@@ -60,9 +60,18 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob, cons
 
 SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op)
     : e_(e), bufs_(std::move(bufs)), root_(root), op_(op),
-      relay_(e.wire(op.seq), e.comm.elastic() ? -1 : op.tree.parent[e.rank()],
-             e.comm.elastic() ? std::vector<int>{} : op.tree.children[e.rank()]),
+      relay_(std::make_unique<Relay>(e.wire(op.seq), e.comm.elastic() ? -1 : op.tree.parent[e.rank()],
+                                     e.comm.elastic() ? std::vector<int>{} : op.tree.children[e.rank()])),
       state_(op.seq, "receiver"), t0_(now_s()) {}
+
+SparseSink::~SparseSink() {
+  if (lingers_ && committed_) {
+    e_.end_lingering();
+    e_.lingering = std::move(relay_);
+  } else if (lingers_) {
+    relay_->finish();
+  }
+}
 
 Status SparseSink::receive() {
   // What earlier operations left behind (ones this rank gave up on) is of no use any more; but the
@@ -71,7 +80,7 @@ Status SparseSink::receive() {
   if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
     SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
   rv_ = &receiver_state(e_, op_.key, op_.layout);
-  if (e_.comm.elastic()) alive_.emplace(relay_.wire(), root_, e_.comm.lease_s());
+  if (e_.comm.elastic()) alive_.emplace(relay_->wire(), root_, e_.comm.lease_s());
   while (state_.phase() != Phase::kDone) state_.advance(step());
   alive_.reset();
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
@@ -79,7 +88,7 @@ Status SparseSink::receive() {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
     // and asks to be brought up to date at the next operation (best effort: the root may be gone).
     need_resync_ = true;
-    (void)relay_.wire().send({root_}, kAckSub, share(Ack{r, true, rv_->st.version}.encode()));
+    (void)relay_->wire().send({root_}, kAckSub, share(Ack{r, true, rv_->st.version}.encode()));
   }
   return r;
 }
@@ -99,20 +108,20 @@ Phase SparseSink::step() {
 // An elastic operation's header comes from the root itself and names the members: this rank's place
 // in the tree over them, or that it is not one of them any more.
 Result<ReceivedHeader> SparseSink::elastic_header() {
-  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, coll::elastic_header(e_, relay_.wire(), root_, &dropped_));
+  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, coll::elastic_header(e_, relay_->wire(), root_, &dropped_));
   op_.members.assign(got.h.members.begin(), got.h.members.end());
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
-  relay_.attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
+  relay_->attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
                         reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()), adopter_for(op_.tree, e_.rank()),
                         adoptable_by(op_.tree, e_.rank()));
-  relay_.preconnect(transport::deadline_in(e_.comm.lease_s()));
+  relay_->preconnect(transport::deadline_in(e_.comm.lease_s()));
   return got;
 }
 
 // The operation's header: from the root (elastic), else down the tree.
 Result<ReceivedHeader> SparseSink::header() {
   if (e_.comm.elastic()) return elastic_header();
-  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_.next(0));
+  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_->next(0));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
   return ReceivedHeader{std::move(f), std::move(h)};
 }
@@ -147,7 +156,7 @@ void SparseSink::declare_holdings() {
   bool host = result_.ok();
   for (void* p : dst_) host = host && !kernels::is_device(kernels::device_ops(), p);
   if (host) declared_ = kernels::cpu::content_digests(op_.layout, std::vector<const void*>(dst_.begin(), dst_.end()));
-  Status s = relay_.wire().send({root_}, kHoldsSub, share(holds_message(declared_)));
+  Status s = relay_->wire().send({root_}, kHoldsSub, share(holds_message(declared_)));
   if (!s.ok()) SPARROW_INFO("rank %d could not tell the root what it holds: %s", e_.rank(), s.to_string().c_str());
 }
 
@@ -169,10 +178,10 @@ Status SparseSink::adopt_declared(const Frame& chain) {
 
 // Sub 1.. (checkpoint header, chunks, footer): each forwarded at once and handed to the decoder.
 Phase SparseSink::on_stream() {
-  auto job = e_.decoder.start(sess_ ? &*sess_ : nullptr, relay_.parent());
+  auto job = e_.decoder.start(sess_ ? &*sess_ : nullptr, relay_->parent());
   Status got;
   for (uint32_t sub = 1; sub <= (1u << 30); ++sub) {
-    auto f = relay_.next(sub);
+    auto f = relay_->next(sub);
     state_.received(f.ok() ? sub : sub - 1);  // parts after the header
     if (!f.ok()) {
       got = std::move(f.status());
@@ -185,7 +194,7 @@ Phase SparseSink::on_stream() {
     }
     job->push(f.value());
   }
-  relay_.keep_serving();  // an orphan of this region may still ask (until on_flush)
+  relay_->keep_serving();  // an orphan of this region may still ask (until on_flush)
   Status decoded = job->join();
   state_.verified(job->verified());
   if (!got.ok()) got.context(state_.where());
@@ -199,7 +208,7 @@ Phase SparseSink::on_accept() {
     result_ = accept_resync();
   } else {
     result_ = footer_ ? sess_->prepare(*footer_)
-                      : CorruptData("checkpoint from rank " + std::to_string(relay_.parent()) + " has no footer");
+                      : CorruptData("checkpoint from rank " + std::to_string(relay_->parent()) + " has no footer");
   }
   return Phase::kAck;
 }
@@ -210,9 +219,9 @@ Status SparseSink::accept_resync() {
   // A seeder sends once it committed this step (about when this rank's stream ended); one that does
   // not (it died, or stages its commit) must not hold this rank past the root's lease: it then asks
   // for a resync from the root at the next operation.
-  const auto d = seeder_ >= 0 ? std::min(relay_.wire().deadline, transport::deadline_in(e_.comm.lease_s() / 2))
-                              : relay_.wire().deadline;
-  auto m = relay_.wire().recv(from, kResyncSub, d);
+  const auto d = seeder_ >= 0 ? std::min(relay_->wire().deadline, transport::deadline_in(e_.comm.lease_s() / 2))
+                              : relay_->wire().deadline;
+  auto m = relay_->wire().recv(from, kResyncSub, d);
   if (!m.ok())
     return std::move(m).take_status().context(seeder_ >= 0 ? "waiting for the full version from rank " +
                                                                   std::to_string(seeder_) + " (a member of its region)"
@@ -247,7 +256,7 @@ void SparseSink::send_seeds() {
   }
   const Frame m = share(std::move(snap.value()));
   std::vector<transport::SendRequestPtr> reqs;
-  const OpWire& w = relay_.wire();
+  const OpWire& w = relay_->wire();
   Status s = w.send(seed_to_, kResyncSub, m, &reqs);
   if (s.ok()) s = wait_all(reqs, std::min(w.deadline, transport::deadline_in(e_.comm.lease_s())));
   if (!s.ok()) SPARROW_INFO("rank %d: seeding rank(s) with its snapshot failed: %s", e_.rank(), s.to_string().c_str());
@@ -288,7 +297,7 @@ Phase SparseSink::on_ack() {
                     " from rank " + std::to_string(root_));
   }
   alive_.reset();  // acknowledged from here on: the root stops listening for heartbeats
-  Status s = relay_.wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
+  Status s = relay_->wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
   if (!s.ok()) {
     fatal_ = std::move(s);
     return Phase::kDone;
@@ -298,15 +307,22 @@ Phase SparseSink::on_ack() {
 }
 
 Phase SparseSink::on_verdict() {
-  Status verdict = recv_verdict(relay_.wire(), root_);
+  Status verdict = recv_verdict(relay_->wire(), root_);
   if (result_.ok()) result_ = std::move(verdict);
   return Phase::kFlush;
 }
 
 // A relay's forwarding is part of its call: once it returns, the caller may destroy the communicator,
-// which must not cut its children off. (Handed to the kernel: usually done already.)
+// which must not cut its children off. (Handed to the kernel: usually done already.) A child lost on
+// the way is that child's failure (logged), not this rank's. Elastic, when ranks of this region below
+// may still ask this rank to adopt them: it goes on serving them after the call returned, from the
+// relay the engine keeps (~SparseSink), so that an orphan whose parent fails late in a step is served
+// in its region rather than by the root (a sparse relay returns at its acknowledgement, usually long
+// before its descendants have given up on a stalled parent).
 Phase SparseSink::on_flush() {
-  relay_.finish();  // a child lost on the way is that child's failure (logged), not this rank's
+  lingers_ = result_.ok() && e_.comm.elastic() && relay_->may_adopt();
+  if (lingers_) relay_->flush();
+  else relay_->finish();
   return Phase::kDone;
 }
 
@@ -316,6 +332,7 @@ Status SparseSink::commit(Status received) {
   if (result.ok() && sess_) {
     state_.advance(Phase::kCommit);
     result = sess_->commit(&as);
+    committed_ = result.ok();
     if (result.ok() && resync_) resynced_ = true;
     if (result.ok() && !seed_to_.empty()) send_seeds();
     state_.advance(Phase::kDone);
@@ -328,7 +345,7 @@ Status SparseSink::commit(Status received) {
 }
 
 void SparseSink::record_stats(const kernels::cpu::ApplyStats& as, const Status& result) {
-  record_traffic(e_, relay_.parent(), relay_.children());
+  record_traffic(e_, relay_->parent(), relay_->children());
   auto& st = e_.stats;
   st.verify_s = as.verify_seconds;
   st.decode_s = as.decode_seconds;

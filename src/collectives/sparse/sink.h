@@ -35,9 +35,13 @@ class SparseSink {
   Status receive();
   // Writes what receive() accepted (`received` is its result) and records the operation's stats.
   Status commit(Status received);
+  // Hands the relay to the engine when it may still adopt orphans (on_flush), else lets it go.
+  ~SparseSink();
+  SparseSink(const SparseSink&) = delete;
+  SparseSink& operator=(const SparseSink&) = delete;
 
   // Progress, readable from another thread while receive() runs.
-  uint64_t bytes_received() const { return relay_.bytes() + resync_bytes_.load(); }
+  uint64_t bytes_received() const { return relay_->bytes() + resync_bytes_.load(); }
   size_t staged_bytes() const { return sess_ ? sess_->staged_bytes() : 0; }
   Phase phase() const { return state_.phase(); }
 
@@ -64,7 +68,7 @@ class SparseSink {
   std::vector<BufferArg> bufs_;
   int root_;
   SparseOp op_;  // an elastic receiver fills in the members and the tree from the header
-  Relay relay_;
+  std::unique_ptr<Relay> relay_;  // (moved to Engine::lingering by the destructor)
   OpState state_;
   double t0_;
   RecvState* rv_ = nullptr;
@@ -77,6 +81,8 @@ class SparseSink {
   uint64_t catchup_bytes_ = 0;
   Status result_, fatal_;
   bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
+  bool lingers_ = false;    // on_flush: the relay goes on serving adoptions after the call returns
+  bool committed_ = false;  // commit() wrote this step
   bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
