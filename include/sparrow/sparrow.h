@@ -95,8 +95,9 @@ typedef struct sparrowConfig_v1 {
  *  - a receiver or relay that dies, or is silent past the lease during an operation, is dropped; the
  *    root's and every other member's sparrowSparseBcast return sparrowSuccess with bit-exact data,
  *    and the drop is logged (INFO) and visible in sparrowCommGetMembers and the stats JSON;
- *  - the children of a dead relay re-attach (sparse: first to a rank of their region above it, if it
- *    still receives the operation; else to the root) and take the rest of the same operation from
+ *  - the children of a dead relay re-attach (first to a rank of their region above it, which serves
+ *    them while it receives the operation and, sparse, after its call returned until its next call;
+ *    else to the root) and take the rest of the same operation from
  *    the part they were waiting for (nothing they already hold is sent again);
  *  - later operations run along a tree over the live members only;
  *  - a dropped rank that is still running gets sparrowPeerLost from its next call (it is not a member
