@@ -96,7 +96,7 @@ typedef struct sparrowConfig_v1 {
  *    root's and every other member's sparrowSparseBcast return sparrowSuccess with bit-exact data,
  *    and the drop is logged (INFO) and visible in sparrowCommGetMembers and the stats JSON;
  *  - the children of a dead relay re-attach (first to a rank of their region above it, which serves
- *    them while it receives the operation and, sparse, after its call returned until its next call;
+ *    them while it receives the operation and, sparse, after its call returned as well;
  *    else to the root) and take the rest of the same operation from
  *    the part they were waiting for (nothing they already hold is sent again);
  *  - later operations run along a tree over the live members only;

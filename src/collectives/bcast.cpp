@@ -10,11 +10,10 @@
 
 namespace sparrow::coll {
 
-Status begin_collective(Engine& e) {
+Status no_stage_pending(Engine& e) {
   if (e.staged)
     return Error(Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: call "
                                       "sparrowStageCommit before the next collective");
-  e.end_lingering();
   return Status::Ok();
 }
 
@@ -41,10 +40,11 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
 }
 
 Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
-  SPARROW_RETURN_IF_ERROR(begin_collective(e));
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   InCall busy(e);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root));
   if (e.rank() == root) {
+    e.end_lingering();  // (a receiver's last relay: a receiver ends it once the next header came)
     Status s = sparse_root(e, bufs, root, op);
     if (e.comm.elastic()) publish_free_slots(e);  // the members this operation dropped
     return s;
@@ -56,7 +56,7 @@ Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
 
 Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   if (e.rank() == root) return sparse_bcast(e, bufs, root);
-  SPARROW_RETURN_IF_ERROR(begin_collective(e));
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   auto so = std::make_shared<StagedOp>();
   SPARROW_ASSIGN_OR_RETURN(so->op, begin_sparse(e, bufs, root));
   so->rx = std::make_unique<SparseSink>(e, bufs, root, so->op);
@@ -95,7 +95,7 @@ Status finish(Engine& e) {
 }
 
 Status sparse_reset(Engine& e, const void* buff) {
-  SPARROW_RETURN_IF_ERROR(begin_collective(e));
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   auto holds = [&](const BufferKey& k) { return std::find(k.begin(), k.end(), buff) != k.end(); };
   for (auto it = e.roots.begin(); it != e.roots.end();) it = holds(it->first) ? e.roots.erase(it) : std::next(it);
   for (auto it = e.recvs.begin(); it != e.recvs.end();) it = holds(it->first) ? e.recvs.erase(it) : std::next(it);

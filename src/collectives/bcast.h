@@ -41,9 +41,8 @@ Status stage_commit(Engine& e);
 // root that destroys its communicator right after its last call does not cut that call short. A
 // staged step not yet committed is received and dropped.
 Status finish(Engine& e);
-// What every collective on the communicator does first: kInvalidUsage while a staged step awaits its
-// commit; else the last sparse operation's lingering relay stops serving adoptions (Engine::lingering).
-Status begin_collective(Engine& e);
+// kInvalidUsage while a staged step awaits its commit (every collective on the communicator checks).
+Status no_stage_pending(Engine& e);
 // Forgets the per-buffer state of `buff` on this rank (next operation on it is dense, or a resync).
 Status sparse_reset(Engine& e, const void* buff);
 

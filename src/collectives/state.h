@@ -84,14 +84,15 @@ class Engine {
   Stats stats;
   // Elastic sparse broadcasts: the relay of this rank's last operation, when ranks of its region below
   // it may still ask it to adopt them (their parent failed) after this rank's call returned: it serves
-  // them from the frames it kept, on its own thread, until the next collective on this communicator
-  // (end_lingering()), the operation's deadline, or the communicator's end.
+  // them from the frames it kept, on its own thread, until the next operation's header came (the
+  // root starts it only once every member acknowledged the last or was dropped), a dense call, the
+  // operation's deadline, or the communicator's end (end_lingering()).
   std::unique_ptr<Relay> lingering;
   std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
 
   int rank() const { return comm.rank(); }
   // Stops the lingering relay (waits until what it sent to the ranks it adopted was handed to the
-  // transport); every collective calls it first.
+  // transport).
   void end_lingering();
   // The wire of operation `seq`, its waits bounded by one SPARROW_TIMEOUT_S from now.
   OpWire wire(uint64_t seq) { return OpWire{comm.net(), comm.comm_id(), seq, comm.deadline()}; }

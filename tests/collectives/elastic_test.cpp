@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -754,9 +755,10 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
 }
 
 // Ranks as threads, a chain 0 -> 1 -> 2 -> 3 with ranks 1-3 in one region; rank 2 stalls (it skips
-// a step). Rank 1's call returns at its acknowledgement, long before rank 3 gives up on rank 2; rank 3
-// then asks rank 1 to adopt it, and rank 1, its call over, still serves it from the frames it kept
-// (until its next call). Before, only the root could serve rank 3 once rank 1 had returned.
+// a step). Rank 1's call returns at its acknowledgement, long before rank 3 gives up on rank 2, and
+// rank 1 calls the next step at once; rank 3 then asks rank 1 to adopt it, and rank 1, its call over,
+// still serves it from the frames it kept (until the next step's header comes: the root starts it
+// only once rank 3 acknowledged). Before, only the root could serve rank 3 once rank 1 had returned.
 TEST(ElasticThreads, RelayWhoseCallReturnedStillAdoptsAnOrphanOfItsRegion) {
   setenv("SPARROW_PROBE_MS", "20", 1);
   setenv("SPARROW_ALGO", "chain", 1);
@@ -779,45 +781,66 @@ TEST(ElasticThreads, RelayWhoseCallReturnedStillAdoptsAnOrphanOfItsRegion) {
     for (auto& t : ts) t.join();
   }
   for (auto x : c) ASSERT_NE(x, nullptr);
-  std::vector<uint16_t> src(1 << 16);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i * 7);
-  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
-  std::vector<sparrowResult_t> rc(n, sparrowInternalError);
-  auto call = [&](int r) {
-    return std::thread([&, r] {
-      rc[size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, src.size(),
-                                         sparrowBfloat16, 0, c[size_t(r)], nullptr);
-    });
+  // Steps 0, 1, 2 (the versions in `want`; the root sends each from the same buffer, so that steps 1
+  // and 2 are deltas): rank 2 calls only step 0.
+  std::vector<std::vector<uint16_t>> want(3, std::vector<uint16_t>(1 << 16));
+  for (size_t i = 0; i < want[0].size(); ++i) want[0][i] = uint16_t(i * 7);
+  for (int k = 1; k < 3; ++k) {
+    want[size_t(k)] = want[size_t(k) - 1];
+    for (size_t i = size_t(k); i < want[0].size(); i += 97) want[size_t(k)][i] ^= 0x55;
+  }
+  std::vector<uint16_t> src;
+  std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(want[0].size(), 0));
+  std::vector<std::vector<sparrowResult_t>> rc(3, std::vector<sparrowResult_t>(n, sparrowInternalError));
+  std::vector<long long> from1(3, -1);
+  auto call = [&](int r, int k) {
+    if (r == 0) src = want[size_t(k)];
+    rc[size_t(k)][size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, want[0].size(),
+                                                  sparrowBfloat16, 0, c[size_t(r)], nullptr);
+    if (r == 3) from1[size_t(k)] = received_from(c[3], 1);
   };
+  src = want[0];
   {
     std::vector<std::thread> ts;
-    for (int r = 0; r < n; ++r) ts.push_back(call(r));
+    for (int r = 1; r < n; ++r) ts.emplace_back(call, r, 0);
+    call(0, 0);
     for (auto& t : ts) t.join();
   }
-  for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ", the first step";
-  for (size_t i = 0; i < src.size(); i += 97) src[i] ^= 0x55;
-  std::thread root = call(0);
-  call(1).join();  // rank 1 has returned before rank 3 starts (rank 2 does not call)
-  ASSERT_EQ(rc[1], sparrowSuccess);
-  call(3).join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(rc[0][size_t(r)], sparrowSuccess) << "rank " << r << ", step 0";
+  std::thread root([&] {
+    call(0, 1);
+    call(0, 2);
+  });
+  std::mutex mu;
+  std::condition_variable cv;
+  bool returned = false;
+  std::thread mid([&] {
+    call(1, 1);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      returned = true;
+    }
+    cv.notify_all();
+    call(1, 2);  // at once, as a training loop does
+  });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(30), [&] { return returned; }));
+  }
+  std::thread leaf([&] {  // rank 1 has returned from step 1 by now
+    call(3, 1);
+    call(3, 2);
+  });
+  leaf.join();
+  mid.join();
   root.join();
-  EXPECT_EQ(rc[0], sparrowSuccess);
-  EXPECT_EQ(rc[3], sparrowSuccess);
-  EXPECT_EQ(dst[1], src);
-  EXPECT_EQ(dst[3], src);
-  EXPECT_GT(received_from(c[3], 1), 0) << "rank 1 adopted rank 3 after its own call had returned";
+  for (int k = 1; k < 3; ++k)
+    for (int r : {0, 1, 3}) EXPECT_EQ(rc[size_t(k)][size_t(r)], sparrowSuccess) << "rank " << r << ", step " << k;
+  for (int r : {1, 3}) EXPECT_EQ(dst[size_t(r)], want[2]) << "rank " << r;
+  EXPECT_GT(from1[1], 0) << "rank 1 adopted rank 3 in step 1 after its own call had returned";
   int live[8], nlive = 0;
   ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
   EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1, 3})) << "rank 2 dropped at its lease";
-  // The next step (rank 1's lingering relay stops at its call) reaches the members left.
-  src[5] ^= 1;
-  {
-    std::vector<std::thread> ts;
-    for (int r : {0, 1, 3}) ts.push_back(call(r));
-    for (auto& t : ts) t.join();
-  }
-  for (int r : {0, 1, 3}) EXPECT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ", the step after";
-  EXPECT_EQ(dst[3], src);
   ASSERT_EQ(sparrowCommAbort(c[2]), sparrowSuccess);
   for (int r : {0, 1, 3}) EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
   unsetenv("SPARROW_PROBE_MS");

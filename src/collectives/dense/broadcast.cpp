@@ -294,7 +294,8 @@ void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vect
 }  // namespace
 
 Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
-  SPARROW_RETURN_IF_ERROR(begin_collective(e));
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  e.end_lingering();  // the last sparse operation's relay (Engine::lingering)
   InCall busy(e);
   const double t0 = now_s();
   std::vector<DenseOp> ops;

@@ -65,20 +65,12 @@ SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const S
       state_(op.seq, "receiver"), t0_(now_s()) {}
 
 SparseSink::~SparseSink() {
-  if (lingers_ && committed_) {
-    e_.end_lingering();
-    e_.lingering = std::move(relay_);
-  } else if (lingers_) {
-    relay_->finish();
-  }
+  e_.end_lingering();  // (when the header never came)
+  if (lingers_ && committed_) e_.lingering = std::move(relay_);
+  else if (lingers_) relay_->finish();
 }
 
 Status SparseSink::receive() {
-  // What earlier operations left behind (ones this rank gave up on) is of no use any more; but the
-  // acknowledgements of operations this rank rooted are its AckWindow's, drained at its next call as
-  // root or at sparrowCommDestroy (dropping them cost a destroy one SPARROW_TIMEOUT_S).
-  if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
-    SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
   rv_ = &receiver_state(e_, op_.key, op_.layout);
   if (e_.comm.elastic()) alive_.emplace(relay_->wire(), root_, e_.comm.lease_s());
   while (state_.phase() != Phase::kDone) state_.advance(step());
@@ -128,6 +120,7 @@ Result<ReceivedHeader> SparseSink::header() {
 
 Phase SparseSink::on_header() {
   auto got = header();
+  forget_earlier_ops();
   if (!got.ok()) {
     fatal_ = got.status();
     return Phase::kDone;
@@ -147,6 +140,19 @@ Phase SparseSink::on_header() {
   if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
   if (resync_ && seeder_ < 0 && e_.joined_at == op_.seq) declare_holdings();
   return Phase::kStream;
+}
+
+// Once this operation's header came (or did not), the last one is over: an elastic root collects
+// every member's acknowledgement (or drops it) before it starts the next, so no orphan asks this
+// rank to adopt it any more (until here, the last operation's relay went on serving: a rank calls
+// the next operation right after the last, and its orphans may still be waiting for a stalled
+// parent). What earlier operations left behind (ones this rank gave up on) is of no use either; but
+// the acknowledgements of operations this rank rooted are its AckWindow's, drained at its next call
+// as root or at sparrowCommDestroy (dropping them cost a destroy one SPARROW_TIMEOUT_S).
+void SparseSink::forget_earlier_ops() {
+  e_.end_lingering();
+  if (size_t n = e_.comm.net().discard_before(e_.comm.comm_id(), op_.seq, kAckSub))
+    SPARROW_TRACE("dropped %zu message(s) of operations before %llu", n, (unsigned long long)op_.seq);
 }
 
 // A joiner's first operation brings it a resync from the root, which waits for the digests of what

@@ -52,6 +52,7 @@ class SparseSink {
   Phase on_header();
   Result<ReceivedHeader> elastic_header();
   Result<ReceivedHeader> header();
+  void forget_earlier_ops();
   Phase on_stream();
   Phase on_accept();
   Phase on_ack();
