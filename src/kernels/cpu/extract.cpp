@@ -102,12 +102,33 @@ void gather(const uint8_t* src, const uint32_t* pos, size_t k, uint32_t s, uint8
   }
 }
 
+namespace {
+
+// The positions of a chunk's changes increase, but ~100 elements apart at 1% density: too irregular
+// for the hardware prefetchers, so each write is a cache miss (a read for ownership) of its own.
+// Asking for the line kScatterAhead positions ahead keeps that many in flight: the write pass went
+// from 13.2 to 6.9 ns per change on one core (sparrow-codec-bench, docs/codec.md). (The same for
+// gather's reads made no difference there.)
+constexpr size_t kScatterAhead = 16;
+
+template <typename T>
+void scatter_t(uint8_t* dst, const uint32_t* pos, size_t k, const uint8_t* vals) {
+  size_t i = 0;
+  for (; i + kScatterAhead < k; ++i) {
+    __builtin_prefetch(dst + sizeof(T) * size_t(pos[i + kScatterAhead]), 1);
+    memcpy(dst + sizeof(T) * size_t(pos[i]), vals + sizeof(T) * i, sizeof(T));
+  }
+  for (; i < k; ++i) memcpy(dst + sizeof(T) * size_t(pos[i]), vals + sizeof(T) * i, sizeof(T));
+}
+
+}  // namespace
+
 void scatter(uint8_t* dst, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) {
   switch (s) {
-    case 1: for (size_t i = 0; i < k; ++i) dst[pos[i]] = vals[i]; break;
-    case 2: for (size_t i = 0; i < k; ++i) memcpy(dst + 2 * size_t(pos[i]), vals + 2 * i, 2); break;
-    case 4: for (size_t i = 0; i < k; ++i) memcpy(dst + 4 * size_t(pos[i]), vals + 4 * i, 4); break;
-    default: for (size_t i = 0; i < k; ++i) memcpy(dst + 8 * size_t(pos[i]), vals + 8 * i, 8); break;
+    case 1: return scatter_t<uint8_t>(dst, pos, k, vals);
+    case 2: return scatter_t<uint16_t>(dst, pos, k, vals);
+    case 4: return scatter_t<uint32_t>(dst, pos, k, vals);
+    default: return scatter_t<uint64_t>(dst, pos, k, vals);
   }
 }
 

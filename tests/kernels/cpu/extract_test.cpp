@@ -89,6 +89,23 @@ TEST(Extract, GatherScatterRoundTrip) {
   }
 }
 
+// Scatter runs a prefetching loop then a tail: counts on both sides of its distance (16), every
+// element size; exactly the listed elements change.
+TEST(Extract, ScatterWritesExactlyTheListedElements) {
+  for (uint32_t es : {1u, 2u, 4u, 8u}) {
+    for (size_t k : {0u, 1u, 15u, 16u, 17u, 33u, 1000u}) {
+      const size_t n = 5000;
+      std::vector<uint32_t> pos;
+      for (size_t i = 0; i < k; ++i) pos.push_back(uint32_t(i * (n / 1000) + (i % 3)));
+      const auto vals = test::random_bytes(k * es, uint64_t(es * 7 + k));
+      auto buf = test::random_bytes(n * es, es + 1), want = buf;
+      for (size_t i = 0; i < k; ++i) memcpy(want.data() + size_t(pos[i]) * es, vals.data() + i * es, es);
+      scatter(buf.data(), pos.data(), k, es, vals.data());
+      EXPECT_EQ(buf, want) << "element size " << es << ", " << k << " changes";
+    }
+  }
+}
+
 TEST(Extract, BestIsaIsSupported) { EXPECT_TRUE(isa_supported(best_isa())); }
 
 }  // namespace
