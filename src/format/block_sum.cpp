@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 namespace sparrow::format {
 
@@ -77,6 +78,13 @@ inline uint64_t word_delta(uint64_t q, int32_t d) {
   return (uint64_t(a) << 32) | b;
 }
 
+// An element's bits (1, 2, 4 or 8 bytes, little-endian), zero-extended.
+inline uint64_t load_bits(const uint8_t* p, uint32_t elem_size) {
+  uint64_t v = 0;
+  memcpy(&v, p, elem_size);
+  return v;
+}
+
 // A byte's share of its word's signed value: the low byte counts as itself, the high one as the
 // two's-complement high half.
 inline int32_t byte_share(uint64_t byte_index, uint32_t b) {
@@ -96,6 +104,39 @@ uint64_t block_sum_delta(uint64_t index, uint32_t elem_size, uint64_t old_bits, 
     if (n != o) d = block_sum_add(d, word_delta(index * per + k, n - o));
   }
   return d;
+}
+
+uint64_t block_sum_deltas(const uint32_t* pos, size_t k, uint32_t elem_size, const uint8_t* oldv, const uint8_t* newv) {
+  if (elem_size != 2) {
+    uint64_t d = 0;
+    for (size_t j = 0; j < k; ++j)
+      d = block_sum_add(d, block_sum_delta(pos[j], elem_size, load_bits(oldv + j * elem_size, elem_size),
+                                           load_bits(newv + j * elem_size, elem_size)));
+    return d;
+  }
+  // One word per element: each change adds K(w) * c[j] * (new - old) to both lanes, and mod 2^32 the
+  // window's key can multiply the sum of its changes' c[j] * (new - old) once.
+  uint32_t sa = 0, sb = 0, wa = 0, wb = 0;
+  uint64_t w = k ? pos[0] / kWindowWords : 0;
+  for (size_t j = 0; j < k; ++j) {
+    const uint64_t q = pos[j];
+    if (q / kWindowWords != w) {
+      sa += key_a(w) * wa;
+      sb += key_b(w) * wb;
+      wa = wb = 0;
+      w = q / kWindowWords;
+    }
+    int16_t o, n;
+    memcpy(&o, oldv + 2 * j, 2);
+    memcpy(&n, newv + 2 * j, 2);
+    const int32_t d = int32_t(n) - int32_t(o);
+    const unsigned i = unsigned(q % kWindowWords);
+    wa += uint32_t(int32_t(kA[i]) * d);
+    wb += uint32_t(int32_t(kB[i]) * d);
+  }
+  sa += key_a(w) * wa;
+  sb += key_b(w) * wb;
+  return (uint64_t(sa) << 32) | sb;
 }
 
 }  // namespace sparrow::format

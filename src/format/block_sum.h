@@ -42,6 +42,10 @@ uint64_t block_sum_avx2(const uint8_t* p, size_t bytes);
 // The change of a block's sum when element `index` (counted from the block's first element) of size
 // `elem_size` (1, 2, 4 or 8) goes from `old_bits` to `new_bits`. Add changes with block_sum_add.
 uint64_t block_sum_delta(uint64_t index, uint32_t elem_size, uint64_t old_bits, uint64_t new_bits);
+// The change of a block's sum when k of its elements change: block_sum_add over block_sum_delta of
+// each (positions pos[j], counted from the block's first element; the old and new bits at oldv and
+// newv + j * elem_size). For 2-byte elements the window keys multiply once per window touched.
+uint64_t block_sum_deltas(const uint32_t* pos, size_t k, uint32_t elem_size, const uint8_t* oldv, const uint8_t* newv);
 // Lane-wise addition mod 2^32 of two sums or changes.
 inline uint64_t block_sum_add(uint64_t x, uint64_t y) {
   const uint32_t a = uint32_t(x >> 32) + uint32_t(y >> 32), b = uint32_t(x) + uint32_t(y);

@@ -67,6 +67,37 @@ uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_
   }
 }
 
+namespace {
+template <typename T>
+uint64_t deltas_typed(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, const uint8_t* oldv,
+                      const uint8_t* newv) {
+  uint64_t d = 0;
+  for (size_t j = 0; j < k; ++j) d += element_hash_delta(tensor, first + pos[j], at<T>(oldv, j), at<T>(newv, j));
+  return d;
+}
+}  // namespace
+
+uint64_t digest_deltas_scalar(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, uint32_t elem_size,
+                              const uint8_t* oldv, const uint8_t* newv) {
+  switch (elem_size) {
+    case 1: return deltas_typed<uint8_t>(tensor, first, pos, k, oldv, newv);
+    case 2: return deltas_typed<uint16_t>(tensor, first, pos, k, oldv, newv);
+    case 4: return deltas_typed<uint32_t>(tensor, first, pos, k, oldv, newv);
+    default: return deltas_typed<uint64_t>(tensor, first, pos, k, oldv, newv);
+  }
+}
+
+uint64_t digest_deltas(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, uint32_t elem_size,
+                       const uint8_t* oldv, const uint8_t* newv) {
+  // (Positions are 32-bit: first + pos < 2^40 then holds for all of them, as the AVX2 keys need.)
+  if (k >= 8 && first + (uint64_t(1) << 32) <= (uint64_t(1) << 40) && have_avx2()) {
+    switch (elem_size) {
+      case 1: case 2: case 4: case 8: return digest_deltas_avx2(tensor, first, pos, k, elem_size, oldv, newv);
+    }
+  }
+  return digest_deltas_scalar(tensor, first, pos, k, elem_size, oldv, newv);
+}
+
 uint64_t digest_tensor(uint32_t tensor, const void* data, uint64_t count, uint32_t elem_size, int threads) {
   constexpr uint64_t kBlock = 1 << 20;
   uint64_t nblocks = (count + kBlock - 1) / kBlock;

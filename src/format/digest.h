@@ -60,6 +60,18 @@ uint64_t digest_range(uint32_t tensor, const void* data, uint64_t first, uint64_
 uint64_t digest_range_scalar(uint32_t tensor, const void* data, uint64_t first, uint64_t count, uint32_t elem_size);
 // The AVX2 implementation behind digest_range (index + count < 2^40; the CPU must have AVX2).
 uint64_t digest_range_avx2(uint32_t tensor, const uint8_t* p, uint64_t first, uint64_t count, uint32_t elem_size);
+// The digest change of k changes of a tensor: the sum over j < k of element_hash_delta(tensor,
+// first + pos[j], old_j, new_j), where old_j and new_j are the elements at oldv and newv + j *
+// elem_size. What a chunk's changes do to its tensor's digest (the encoder and apply both need it).
+// Uses AVX2 where the CPU has it.
+uint64_t digest_deltas(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, uint32_t elem_size,
+                       const uint8_t* oldv, const uint8_t* newv);
+// The portable implementation (equal results).
+uint64_t digest_deltas_scalar(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, uint32_t elem_size,
+                              const uint8_t* oldv, const uint8_t* newv);
+// The AVX2 implementation (first + 2^32 <= 2^40; the CPU must have AVX2).
+uint64_t digest_deltas_avx2(uint32_t tensor, uint64_t first, const uint32_t* pos, size_t k, uint32_t elem_size,
+                            const uint8_t* oldv, const uint8_t* newv);
 // Digest of a whole tensor, computed on `threads` threads.
 uint64_t digest_tensor(uint32_t tensor, const void* data, uint64_t count, uint32_t elem_size, int threads);
 

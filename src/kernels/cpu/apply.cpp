@@ -266,14 +266,8 @@ Status stage_chunk(const format::Header& h, const format::ChunkView& c, const ui
   if (over) overlay_old(*over, sg.pos, es, s.oldv.data());
   sg.vals.resize(size_t(k) * es);
   SPARROW_RETURN_IF_ERROR(format::decode_values(c.h.value_codec, c.values, s.oldv.data(), k, es, s.zs, sg.vals.data()));
-  uint64_t d = 0, sum = 0;
-  for (uint32_t j = 0; j < k; ++j) {
-    const uint64_t o = format::load_elem(&s.oldv[size_t(j) * es], es), n = format::load_elem(&sg.vals[size_t(j) * es], es);
-    d += format::element_hash_delta(t, c.h.elem_begin + sg.pos[j], o, n);
-    sum = format::block_sum_add(sum, format::block_sum_delta(sg.pos[j], es, o, n));
-  }
-  sg.dig = d;
-  sg.sum_delta = sum;
+  sg.dig = format::digest_deltas(t, c.h.elem_begin, sg.pos.data(), k, es, s.oldv.data(), sg.vals.data());
+  sg.sum_delta = format::block_sum_deltas(sg.pos.data(), k, es, s.oldv.data(), sg.vals.data());
   return Status::Ok();
 }
 

@@ -354,11 +354,7 @@ Status DeltaEncoder::Pass::delta_chunk(Chunk& c) {
   const double t1 = now_s();
   c.ws.extract_seconds += t1 - t0;
   if (k == 0) return Status::Ok();
-  uint64_t d = 0;
-  for (size_t j = 0; j < k; ++j)
-    d += format::element_hash_delta(c.b.tensor, c.b.begin + c.pos[j], format::load_elem(&c.oldv[j * es], es),
-                                    format::load_elem(&c.newv[j * es], es));
-  dig[c.bi] = d;
+  dig[c.bi] = format::digest_deltas(c.b.tensor, c.b.begin, c.pos, k, es, c.oldv, c.newv);
   return sparse_or_dense(c, k, t1);
 }
 
