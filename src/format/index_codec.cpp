@@ -73,6 +73,12 @@ size_t golomb_index_size(const uint32_t* pos, size_t k, uint32_t m) {
   return leb128_size(m) + (bits + 7) / 8;
 }
 
+namespace {
+// A long truncated-binary remainder v (b bits) is written as its high b - 1 bits, then its low bit:
+// LSB first, that is (v >> 1) in the low b - 1 bits and (v & 1) above them.
+inline uint64_t reverse_low_bit(uint64_t v, int b) { return (v >> 1) | ((v & 1) << (b - 1)); }
+}  // namespace
+
 void encode_index(IndexCodec c, const uint32_t* pos, size_t k, uint32_t n, uint32_t golomb_m,
                   std::vector<uint8_t>& out) {
   switch (c) {
@@ -96,6 +102,17 @@ void encode_index(IndexCodec c, const uint32_t* pos, size_t k, uint32_t n, uint3
         uint32_t g = gap_at(pos, i);
         uint32_t q = fd.div(g);
         uint32_t r = g - q * m;
+        if (q + 1 + tb.b <= 56) {  // the whole codeword in one put (LSB first: q zeros, a one, the remainder)
+          uint64_t bits = uint64_t(1) << q;
+          int len = int(q) + 1;
+          if (tb.b > 0) {
+            const uint64_t rem = r < tb.u ? r : reverse_low_bit(r + tb.u, tb.b);
+            bits |= rem << len;
+            len += r < tb.u ? tb.b - 1 : tb.b;
+          }
+          bw.put(bits, len);
+          continue;
+        }
         bw.put_zeros(q);
         bw.put(1, 1);
         if (tb.b == 0) continue;  // m = 1: the remainder is always 0 and takes no bits

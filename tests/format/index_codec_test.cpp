@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "format/bits.h"
 #include "harness/util.h"
 
 namespace sparrow::format {
@@ -32,6 +33,48 @@ TEST(IndexCodec, RoundTripOverDensities) {
         EXPECT_EQ(bytes.size(), golomb_index_size(pos.data(), pos.size(), golomb_parameter(pos.data(), pos.size())));
       if (c == IndexCodec::kBitmap) EXPECT_EQ(bytes.size(), bitmap_index_size(n));
     }
+  }
+}
+
+// The Golomb bytes themselves are the format: the encoder writes a codeword in one go when it fits in
+// 56 bits, and must give exactly the bits of the definition (leb128 m; per gap q zeros, a one, the
+// remainder in truncated binary: short ones in b - 1 bits, long ones as their high b - 1 bits then
+// their low bit; LSB first), written here field by field. Parameters 1, powers of two and not, and
+// quotients past 56 bits.
+TEST(IndexCodec, GolombBytesAreTheDefinitionsBits) {
+  uint64_t seed = 5;
+  for (uint32_t m : {1u, 2u, 3u, 5u, 8u, 77u, 100u, 128u, 1000u, 65537u}) {
+    std::vector<uint32_t> pos;
+    uint32_t at = 0;
+    for (int i = 0; i < 500; ++i) {
+      const uint32_t gap = i % 50 == 7 ? 70 * m : uint32_t(test::rng_next(seed) % (3 * m + 1));
+      pos.push_back(at);
+      at += gap + 1;
+    }
+    const uint32_t n = at;
+    std::vector<uint8_t> got, want;
+    encode_index(IndexCodec::kGolomb, pos.data(), pos.size(), n, m, got);
+    put_leb128(want, m);
+    const int b = m <= 1 ? 0 : 64 - __builtin_clzll(uint64_t(m) - 1);
+    const uint32_t u = uint32_t((1ull << b) - m);
+    BitWriter bw(want);
+    for (size_t i = 0; i < pos.size(); ++i) {
+      const uint32_t g = i == 0 ? pos[0] : pos[i] - pos[i - 1] - 1, q = g / m, r = g % m;
+      bw.put_zeros(q);
+      bw.put(1, 1);
+      if (b == 0) continue;
+      if (r < u) {
+        bw.put(r, b - 1);
+      } else {
+        bw.put((r + u) >> 1, b - 1);
+        bw.put((r + u) & 1, 1);
+      }
+    }
+    bw.flush();
+    EXPECT_EQ(got, want) << "m " << m;
+    std::vector<uint32_t> back(pos.size());
+    ASSERT_TRUE(decode_index(IndexCodec::kGolomb, got, n, uint32_t(pos.size()), back.data()).ok()) << "m " << m;
+    EXPECT_EQ(back, pos) << "m " << m;
   }
 }
 
