@@ -50,8 +50,8 @@ struct Stats {
   uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
   double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
   bool full = false;
-  // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (CPU
-  // seconds over its worker threads); a receiver's first and last byte from its parent (since
+  // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (its worker
+  // threads' seconds in it, summed: wall time per thread); a receiver's first and last byte from its parent (since
   // its call began), base verification, decoding, and the commit (the writes).
   double extract_s = -1, first_byte_s = -1, last_byte_s = -1, verify_s = -1, decode_s = -1, commit_s = -1;
   std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
