@@ -46,6 +46,8 @@ Engine::~Engine() {
 
 void Engine::end_lingering() {
   if (!lingering) return;
+  SPARROW_TRACE("rank %d: the relay of operation %llu stops serving adoptions", rank(),
+                (unsigned long long)lingering->wire().seq);
   lingering->finish();
   lingering.reset();
 }

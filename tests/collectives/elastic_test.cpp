@@ -857,6 +857,57 @@ TEST(ElasticThreads, RelayWhoseCallReturnedStillAdoptsAnOrphanOfItsRegion) {
   sparrow::params::clear_overrides();
 }
 
+// A relay that may adopt (chain 0 -> 1 -> 2 -> 3, ranks 1-3 in one region: rank 1 may adopt rank 3)
+// keeps serving after every step until the next one's header; destroying or aborting its
+// communicator meanwhile stops it at once (its thread, and the sends it holds), not at the
+// operation's timeout.
+TEST(ElasticThreads, LingeringRelayEndsWithItsCommunicator) {
+  setenv("SPARROW_PROBE_MS", "20", 1);
+  setenv("SPARROW_ALGO", "chain", 1);
+  sparrow::params::clear_overrides();
+  for (bool abort : {false, true}) {
+    const int n = 4;
+    const char* regions[] = {"a", "b", "b", "b"};
+    sparrowUniqueId id;
+    ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+    std::vector<sparrowComm_t> c(n, nullptr);
+    {
+      std::vector<std::thread> ts;
+      for (int r = 0; r < n; ++r)
+        ts.emplace_back([&, r] {
+          sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+          cfg.elastic = 1;
+          cfg.leaseMs = 1000;
+          cfg.region = regions[r];
+          (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
+        });
+      for (auto& t : ts) t.join();
+    }
+    for (auto x : c) ASSERT_NE(x, nullptr);
+    std::vector<uint16_t> src(1 << 14, 7);
+    std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
+    for (int step = 0; step < 2; ++step) {
+      src[size_t(step)] ^= 1;
+      std::vector<sparrowResult_t> rc(n, sparrowInternalError);
+      std::vector<std::thread> ts;
+      for (int r = 0; r < n; ++r)
+        ts.emplace_back([&, r] {
+          rc[size_t(r)] = sparrowSparseBcast(src.data(), r ? dst[size_t(r)].data() : nullptr, src.size(),
+                                             sparrowBfloat16, 0, c[size_t(r)], nullptr);
+        });
+      for (auto& t : ts) t.join();
+      for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ", step " << step;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(abort ? sparrowCommAbort(c[1]) : sparrowCommDestroy(c[1]), sparrowSuccess);
+    EXPECT_LT(since(t0), 2.0) << (abort ? "abort" : "destroy") << " waited for the lingering relay";
+    for (int r : {0, 2, 3}) EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+  unsetenv("SPARROW_PROBE_MS");
+  unsetenv("SPARROW_ALGO");
+  sparrow::params::clear_overrides();
+}
+
 // Ranks as threads (ThreadSanitizer sees the admission inside a dense operation): rank 2 is aborted,
 // a joiner thread takes its slot while ranks 0 and 1 go on with dense broadcasts; the root admits it
 // at one of them, and from then on it gets every step bit-exact.
