@@ -763,6 +763,27 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
   sparrow::params::clear_overrides();
 }
 
+// Ranks as threads: 4 elastic members (lease 1 s) in regions a, b, b, b, so that under SPARROW_ALGO=chain
+// rank 1 is the adopter of rank 3 (null where an init failed).
+std::vector<sparrowComm_t> open_chain_abbb() {
+  const int n = 4;
+  const char* regions[] = {"a", "b", "b", "b"};
+  std::vector<sparrowComm_t> c(n, nullptr);
+  sparrowUniqueId id;
+  if (sparrowGetUniqueId(&id) != sparrowSuccess) return c;
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = 1000;
+      cfg.region = regions[r];
+      (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
+    });
+  for (auto& t : ts) t.join();
+  return c;
+}
+
 // Ranks as threads, a chain 0 -> 1 -> 2 -> 3 with ranks 1-3 in one region; rank 2 stalls (it skips
 // a step). Rank 1's call returns at its acknowledgement, long before rank 3 gives up on rank 2, and
 // rank 1 calls the next step at once; rank 3 then asks rank 1 to adopt it, and rank 1, its call over,
@@ -773,22 +794,7 @@ TEST(ElasticThreads, RelayWhoseCallReturnedStillAdoptsAnOrphanOfItsRegion) {
   setenv("SPARROW_ALGO", "chain", 1);
   sparrow::params::clear_overrides();
   const int n = 4;
-  const char* regions[] = {"a", "b", "b", "b"};
-  sparrowUniqueId id;
-  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-  std::vector<sparrowComm_t> c(n, nullptr);
-  {
-    std::vector<std::thread> ts;
-    for (int r = 0; r < n; ++r)
-      ts.emplace_back([&, r] {
-        sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-        cfg.elastic = 1;
-        cfg.leaseMs = 1000;
-        cfg.region = regions[r];
-        (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
-      });
-    for (auto& t : ts) t.join();
-  }
+  std::vector<sparrowComm_t> c = open_chain_abbb();
   for (auto x : c) ASSERT_NE(x, nullptr);
   // Steps 0, 1, 2 (the versions in `want`; the root sends each from the same buffer, so that steps 1
   // and 2 are deltas): rank 2 calls only step 0.
@@ -867,22 +873,7 @@ TEST(ElasticThreads, LingeringRelayEndsWithItsCommunicator) {
   sparrow::params::clear_overrides();
   for (bool abort : {false, true}) {
     const int n = 4;
-    const char* regions[] = {"a", "b", "b", "b"};
-    sparrowUniqueId id;
-    ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-    std::vector<sparrowComm_t> c(n, nullptr);
-    {
-      std::vector<std::thread> ts;
-      for (int r = 0; r < n; ++r)
-        ts.emplace_back([&, r] {
-          sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-          cfg.elastic = 1;
-          cfg.leaseMs = 1000;
-          cfg.region = regions[r];
-          (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
-        });
-      for (auto& t : ts) t.join();
-    }
+    std::vector<sparrowComm_t> c = open_chain_abbb();
     for (auto x : c) ASSERT_NE(x, nullptr);
     std::vector<uint16_t> src(1 << 14, 7);
     std::vector<std::vector<uint16_t>> dst(n, std::vector<uint16_t>(src.size(), 0));
