@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "format/digest.h"
+
 namespace sparrow::format {
 
 namespace block_sum_detail {
@@ -78,13 +80,6 @@ inline uint64_t word_delta(uint64_t q, int32_t d) {
   return (uint64_t(a) << 32) | b;
 }
 
-// An element's bits (1, 2, 4 or 8 bytes, little-endian), zero-extended.
-inline uint64_t load_bits(const uint8_t* p, uint32_t elem_size) {
-  uint64_t v = 0;
-  memcpy(&v, p, elem_size);
-  return v;
-}
-
 // A byte's share of its word's signed value: the low byte counts as itself, the high one as the
 // two's-complement high half.
 inline int32_t byte_share(uint64_t byte_index, uint32_t b) {
@@ -110,8 +105,8 @@ uint64_t block_sum_deltas(const uint32_t* pos, size_t k, uint32_t elem_size, con
   if (elem_size != 2) {
     uint64_t d = 0;
     for (size_t j = 0; j < k; ++j)
-      d = block_sum_add(d, block_sum_delta(pos[j], elem_size, load_bits(oldv + j * elem_size, elem_size),
-                                           load_bits(newv + j * elem_size, elem_size)));
+      d = block_sum_add(d, block_sum_delta(pos[j], elem_size, load_elem(oldv + j * elem_size, elem_size),
+                                           load_elem(newv + j * elem_size, elem_size)));
     return d;
   }
   // One word per element: each change adds K(w) * c[j] * (new - old) to both lanes, and mod 2^32 the
