@@ -426,10 +426,11 @@ int main(int argc, char** argv) {
       if (o.sparse) mutate();
       int rc = 0;
       const double cpu0 = cpu_seconds();
-      const HostCpu h0 = host_cpu();
+      const bool root = rank == o.root;  // (the host's view is the root's to report)
+      const HostCpu h0 = root ? host_cpu() : HostCpu{};
       double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc, &finish);
       cpu_last = cpu_seconds() - cpu0;
-      const HostCpu h1 = host_cpu();
+      const HostCpu h1 = root ? host_cpu() : HostCpu{};
       host_busy = h1.total > h0.total ? (h1.busy - h0.busy) / (h1.total - h0.total) : 0;
       took_last = took;
       if (rc) {
