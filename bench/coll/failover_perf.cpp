@@ -42,6 +42,7 @@ constexpr const char* kProg = "failover_perf";
 
 struct Opts {
   int steps = 12, stall_step = 6, stall_rank = -1, lease_ms = 2000, stall_ms = 0;
+  int slack_ms = 0;  // added to the bound before the exit status counts it as exceeded
   std::string fault = "sigstop";
   uint64_t bytes = 64 << 20;
   double density = 0.01;
@@ -57,7 +58,7 @@ Opts parse(int argc, char** argv) {
   Opts o;
   static option longopts[] = {{"steps", 1, 0, 'n'},      {"stall-step", 1, 0, 's'}, {"stall-rank", 1, 0, 'r'},
                               {"stall-ms", 1, 0, 'm'},   {"lease-ms", 1, 0, 'l'},   {"help", 0, 0, 'h'},
-                              {"fault", 1, 0, 'f'},      {"dense", 0, 0, 'd'},
+                              {"fault", 1, 0, 'f'},      {"dense", 0, 0, 'd'},      {"slack-ms", 1, 0, 'k'},
                               {0, 0, 0, 0}};
   opterr = 0;
   for (int c; (c = getopt_long(argc, argv, "b:D:h", longopts, nullptr)) != -1;) {
@@ -76,9 +77,11 @@ Opts parse(int argc, char** argv) {
           sparrow::args::bad(kProg, "--fault", optarg, "sigstop, stall, partition, partition-region, rejoin or grow");
         break;
       case 'd': o.dense = true; break;
+      case 'k': o.slack_ms = int(sparrow::args::integer(kProg, "--slack-ms", optarg, 0, 600000)); break;
       case 'h':
         printf("usage: %s [-b 64M] [-D 0.01] [--steps 12] [--stall-step 6] [--stall-rank R] [--stall-ms 3xlease]\n"
                "          [--lease-ms 2000] [--fault sigstop|stall|partition|partition-region|rejoin|grow] [--dense]\n"
+               "          [--slack-ms 0]\n"
                "Relay failover on an elastic communicator; run under mpirun or scripts/wanemu-mpirun.sh.\n"
                "  -b SIZE          bytes per step (bf16), 1K..64G (default 64M); -D changed fraction (0.01)\n"
                "  --steps N        steps, >= 4 (12); --stall-step S: the step the relay stalls in, 2..steps-2 (6)\n"
@@ -96,7 +99,12 @@ Opts parse(int argc, char** argv) {
                "                   nobody fails, the last rank joins a vacant slot at --stall-step (the others\n"
                "                   start without it, with SPARROW_MAX_RANKS = the MPI ranks), same output\n"
                "  --dense          every step a dense sparrowBroadcast of the whole buffer (with rejoin, the\n"
-               "                   joiner's first call is one too)\n",
+               "                   joiner's first call is one too)\n"
+               "  --slack-ms N     exit status 1 only when a region's affected step exceeds 2 x normal + lease\n"
+               "                   by more than N ms, 0..600000 (0); the table always shows the plain bound.\n"
+               "                   (for tests on a shared machine, where a busy scheduler adds tens of ms)\n"
+               "Exit status: 0; 1 when a survivor's call failed, a survivor's bits differ from the root's, a\n"
+               "join did not happen, or a region's affected step exceeded the bound (+ slack); 2 bad arguments.\n",
                kProg);
         exit(0);
       default: sparrow::args::unknown(kProg, argv[optind - 1]);
@@ -276,9 +284,11 @@ struct Report {
       const double nm = median(normal), hit = std::max(region_step(g, o.stall_step), region_step(g, o.stall_step + 1));
       if (nm <= 0) continue;  // only the victim there
       const double limit = 2 * nm + o.lease_ms / 1000.0;
-      exceeded = exceeded || hit > limit;
+      const bool over = hit > limit + o.slack_ms / 1000.0;
+      exceeded = exceeded || over;
       printf("# region %s: normal step %.1f ms, affected %.1f ms (%.2fx); 2 x normal + lease = %.1f ms: %s\n",
-             g.c_str(), nm * 1e3, hit * 1e3, hit / nm, limit * 1e3, hit <= limit ? "within" : "EXCEEDED");
+             g.c_str(), nm * 1e3, hit * 1e3, hit / nm, limit * 1e3,
+             hit <= limit ? "within" : over ? "EXCEEDED" : "over, within the slack");
     }
     printf("# survivors' failed calls: %d\n", failed);
     if (joins(o)) print_join();
