@@ -362,8 +362,8 @@ int main(int argc, char** argv) {
         ptr[t] = gen->mutable_buffers()[t];
       } else {
         own[t].assign(layout[t].bytes(), 0);
-        if (rank == o.root)
-          for (size_t i = 0; i < own[t].size(); ++i) own[t][i] = uint8_t(i * 2654435761u >> 13);
+        // Weight-like values: the first (full) version is as big on the wire as a real model's.
+        if (rank == o.root) gen::fill_like_weights(own[t].data(), layout[t].count, uint8_t(o.dtype), 1 + t);
         ptr[t] = own[t].data();
       }
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "format/checkpoint.h"
 
 namespace sparrow::gen {
 namespace {
@@ -179,6 +180,34 @@ uint64_t UpdateGenerator::step() {
     });
   }
   return changed.load();
+}
+
+void fill_like_weights(void* buf, uint64_t n, uint8_t dtype, uint64_t seed, int threads) {
+  constexpr uint8_t kF32 = 7, kF64 = 8, kBf16 = 9;
+  const uint32_t es = format::dtype_size(dtype);
+  if (n == 0 || es == 0) return;
+  const float* z = normal_table();
+  const uint64_t nb = (n + kBlock - 1) / kBlock;
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  parallel_for(nb, threads > 0 ? threads : kernel_threads(), [&](size_t b, int) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL ^ (uint64_t(b) << 20), r = 0;
+    for (uint64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+      if ((i & 3) == 0) r = splitmix64(s);
+      const float w = 0.02f * z[(r >> (16 * (i & 3))) & 0xffff];
+      if (dtype == kBf16) {
+        const uint16_t v = float_to_bf16(w);
+        std::memcpy(p + i * 2, &v, 2);
+      } else if (dtype == kF32) {
+        std::memcpy(p + i * 4, &w, 4);
+      } else if (dtype == kF64) {
+        const double d = w;
+        std::memcpy(p + i * 8, &d, 8);
+      } else {
+        const uint64_t x = splitmix64(s);
+        std::memcpy(p + i * es, &x, es);
+      }
+    }
+  });
 }
 
 uint64_t mutate_exact(void* buf, uint64_t n, uint32_t es, double density, uint64_t seed) {

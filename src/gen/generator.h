@@ -68,6 +68,13 @@ Result<ModelRole> open_model(const GenOptions& opt, bool with_generator);
 uint16_t float_to_bf16(float f);  // round to nearest even; NaN stays NaN
 float bf16_to_float(uint16_t b);
 
+// Fills buf (n elements of an sparrowDataType_t) as a model's weights look to a codec, for benchmarks
+// without a model: bfloat16, float32 and float64 get N(0, 0.02) values (bf16 rounded to nearest even),
+// other types random bits. Deterministic for a seed. A trained model's first full version barely
+// compresses; a synthetic pattern that compresses 100x makes the first step tiny, which real jobs do
+// not see (and which, for one, leaves BBR's bandwidth estimate of every stream cold).
+void fill_like_weights(void* buf, uint64_t n, uint8_t dtype, uint64_t seed, int threads = 0);
+
 // Changes exactly llround(density * n) elements of buf, uniformly chosen, to different bit patterns.
 // Returns the number changed.
 uint64_t mutate_exact(void* buf, uint64_t n, uint32_t elem_size, double density, uint64_t seed);

@@ -79,6 +79,40 @@ TEST(Generator, LearningRateDrivesDensity) {
   EXPECT_EQ(UpdateGenerator::create(bad).status().code(), Code::kInvalidArgument);
 }
 
+// The benchmarks' synthetic first version: weight-like, so it compresses as little as a model's does.
+TEST(FillLikeWeights, FloatTypesLookLikeWeightsOthersAreRandomBits) {
+  const uint64_t n = (1 << 17) + 3;  // two blocks and a tail
+  std::vector<uint16_t> a(n), b(n), c(n);
+  fill_like_weights(a.data(), n, 9, 7, 2);
+  fill_like_weights(b.data(), n, 9, 7, 1);
+  fill_like_weights(c.data(), n, 9, 8, 1);
+  EXPECT_EQ(a, b) << "the same seed must give the same bits whatever the threads";
+  EXPECT_NE(a, c);
+  double sum = 0, sq = 0;
+  std::vector<uint64_t> low(256, 0);
+  for (uint16_t v : a) {
+    const double w = bf16_to_float(v);
+    ASSERT_TRUE(std::isfinite(w));
+    sum += w, sq += w * w;
+    low[v & 0xff]++;
+  }
+  const double mean = sum / double(n), sd = std::sqrt(sq / double(n) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(sd, 0.02, 0.002);
+  double bits = 0;  // entropy of the low byte (sign bit of the mantissa's end and 7 mantissa bits)
+  for (uint64_t k : low)
+    if (k) bits -= double(k) / double(n) * std::log2(double(k) / double(n));
+  EXPECT_GT(bits, 7.9) << "the mantissa bytes must not be a pattern a compressor finds";
+  std::vector<float> f(n);
+  fill_like_weights(f.data(), n, 7, 7);
+  for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(float_to_bf16(f[i]), a[i]) << i;  // the same values, as float32
+  std::vector<uint8_t> bytes(n);
+  fill_like_weights(bytes.data(), n, 1, 7);
+  std::vector<uint64_t> hist(256, 0);
+  for (uint8_t v : bytes) hist[v]++;
+  for (uint64_t k : hist) EXPECT_NEAR(double(k), double(n) / 256, double(n) / 256 * 0.2);
+}
+
 TEST(MutateExact, ChangesExactlyTheRequestedCount) {
   for (uint32_t es : {1u, 2u, 4u, 8u}) {
     for (double d : {0.0, 0.01, 0.5, 1.0}) {
