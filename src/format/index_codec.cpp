@@ -134,6 +134,103 @@ static Status bad(const char* codec, const std::string& what) {
   return CorruptData(std::string(codec) + " index: " + what);
 }
 
+static Status decode_leb128(std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
+  const uint8_t* p = in.data();
+  const uint8_t* end = p + in.size();
+  uint64_t next = 0;  // smallest position the next gap may produce
+  for (uint32_t i = 0; i < k; ++i) {
+    uint64_t g = 0;
+    int shift = 0;
+    while (true) {
+      if (p == end) return bad("leb128", "truncated");
+      uint8_t b = *p++;
+      if (shift == 28 && (b & 0xf0)) return bad("leb128", "gap exceeds 32 bits");
+      g |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) {
+        if (b == 0 && shift > 0) return bad("leb128", "overlong gap");
+        break;
+      }
+      shift += 7;
+    }
+    uint64_t q = next + g;
+    if (q >= n) return bad("leb128", "position beyond chunk end");
+    pos[i] = uint32_t(q);
+    next = q + 1;
+  }
+  if (p != end) return bad("leb128", "trailing bytes");
+  return Status::Ok();
+}
+
+static Status decode_bitmap(std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
+  if (in.size() != bitmap_index_size(n)) return bad("bitmap", "size does not match element count");
+  if (n % 8 && (in.back() >> (n % 8)) != 0) return bad("bitmap", "bits set beyond chunk end");
+  uint32_t j = 0;
+  for (size_t byte = 0; byte < in.size(); ++byte) {
+    uint32_t b = in[byte];
+    while (b) {
+      if (j == k) return bad("bitmap", "more bits set than changes");
+      pos[j++] = uint32_t(byte * 8 + __builtin_ctz(b));
+      b &= b - 1;
+    }
+  }
+  if (j != k) return bad("bitmap", "fewer bits set than changes");
+  return Status::Ok();
+}
+
+static Status decode_golomb(std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
+  ByteReader br(in, "golomb index");
+  uint64_t m64;
+  SPARROW_RETURN_IF_ERROR(br.leb128(&m64, 32));
+  if (m64 == 0 || m64 > 2147483648ull) return bad("golomb", "parameter out of range");
+  uint32_t m = uint32_t(m64);
+  TruncBin tb(m);
+  BitReader rd(in.subspan(br.pos()));
+  uint64_t qlimit = n / m;
+  uint64_t next = 0;
+  const int rb = tb.b > 0 ? tb.b - 1 : 0;
+  const uint64_t rmask = (1ull << rb) - 1;
+  for (uint32_t i = 0; i < k; ++i) {
+    uint64_t q, r;
+    if (rd.fast_ok()) {
+      // One 64-bit load decodes the whole symbol when it fits in 57 bits (almost always).
+      uint64_t w = rd.peek_fast();
+      if (w != 0) {
+        int z = __builtin_ctzll(w);
+        if (z + rb + 2 <= 57) {
+          int used = z + 1 + rb;
+          r = (w >> (z + 1)) & rmask;
+          if (tb.b > 0 && r >= tb.u) {
+            r = ((r << 1) | ((w >> used) & 1)) - tb.u;
+            ++used;
+          }
+          if (uint64_t(z) > qlimit) return bad("golomb", "truncated or oversized quotient");
+          rd.skip(used);
+          uint64_t p = next + uint64_t(z) * m + r;
+          if (p >= n) return bad("golomb", "position beyond chunk end");
+          pos[i] = uint32_t(p);
+          next = p + 1;
+          continue;
+        }
+      }
+    }
+    if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
+    if (!rd.get(tb.b > 0 ? tb.b - 1 : 0, &r)) return bad("golomb", "truncated remainder");
+    if (tb.b > 0 && r >= tb.u) {
+      uint64_t low;
+      if (!rd.get(1, &low)) return bad("golomb", "truncated remainder");
+      r = ((r << 1) | low) - tb.u;
+    }
+    uint64_t p = next + q * m + r;
+    if (p >= n) return bad("golomb", "position beyond chunk end");
+    pos[i] = uint32_t(p);
+    next = p + 1;
+  }
+  if (rd.bits_left() >= 8) return bad("golomb", "trailing bytes");
+  uint64_t pad;
+  if (!rd.get(int(rd.bits_left()), &pad) || pad != 0) return bad("golomb", "non-zero padding bits");
+  return Status::Ok();
+}
+
 Status decode_index(IndexCodec c, std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
   if (k > n) return bad(index_codec_name(c), "more changes than elements");
   switch (c) {
@@ -142,100 +239,9 @@ Status decode_index(IndexCodec c, std::span<const uint8_t> in, uint32_t n, uint3
       if (k != n) return bad("dense", "change count differs from element count");
       for (uint32_t i = 0; i < n; ++i) pos[i] = i;
       return Status::Ok();
-    case IndexCodec::kLeb128: {
-      const uint8_t* p = in.data();
-      const uint8_t* end = p + in.size();
-      uint64_t next = 0;  // smallest position the next gap may produce
-      for (uint32_t i = 0; i < k; ++i) {
-        uint64_t g = 0;
-        int shift = 0;
-        while (true) {
-          if (p == end) return bad("leb128", "truncated");
-          uint8_t b = *p++;
-          if (shift == 28 && (b & 0xf0)) return bad("leb128", "gap exceeds 32 bits");
-          g |= uint64_t(b & 0x7f) << shift;
-          if (!(b & 0x80)) {
-            if (b == 0 && shift > 0) return bad("leb128", "overlong gap");
-            break;
-          }
-          shift += 7;
-        }
-        uint64_t q = next + g;
-        if (q >= n) return bad("leb128", "position beyond chunk end");
-        pos[i] = uint32_t(q);
-        next = q + 1;
-      }
-      if (p != end) return bad("leb128", "trailing bytes");
-      return Status::Ok();
-    }
-    case IndexCodec::kBitmap: {
-      if (in.size() != bitmap_index_size(n)) return bad("bitmap", "size does not match element count");
-      if (n % 8 && (in.back() >> (n % 8)) != 0) return bad("bitmap", "bits set beyond chunk end");
-      uint32_t j = 0;
-      for (size_t byte = 0; byte < in.size(); ++byte) {
-        uint32_t b = in[byte];
-        while (b) {
-          if (j == k) return bad("bitmap", "more bits set than changes");
-          pos[j++] = uint32_t(byte * 8 + __builtin_ctz(b));
-          b &= b - 1;
-        }
-      }
-      if (j != k) return bad("bitmap", "fewer bits set than changes");
-      return Status::Ok();
-    }
-    case IndexCodec::kGolomb: {
-      ByteReader br(in, "golomb index");
-      uint64_t m64;
-      SPARROW_RETURN_IF_ERROR(br.leb128(&m64, 32));
-      if (m64 == 0 || m64 > 2147483648ull) return bad("golomb", "parameter out of range");
-      uint32_t m = uint32_t(m64);
-      TruncBin tb(m);
-      BitReader rd(in.subspan(br.pos()));
-      uint64_t qlimit = n / m;
-      uint64_t next = 0;
-      const int rb = tb.b > 0 ? tb.b - 1 : 0;
-      const uint64_t rmask = (1ull << rb) - 1;
-      for (uint32_t i = 0; i < k; ++i) {
-        uint64_t q, r;
-        if (rd.fast_ok()) {
-          // One 64-bit load decodes the whole symbol when it fits in 57 bits (almost always).
-          uint64_t w = rd.peek_fast();
-          if (w != 0) {
-            int z = __builtin_ctzll(w);
-            if (z + rb + 2 <= 57) {
-              int used = z + 1 + rb;
-              r = (w >> (z + 1)) & rmask;
-              if (tb.b > 0 && r >= tb.u) {
-                r = ((r << 1) | ((w >> used) & 1)) - tb.u;
-                ++used;
-              }
-              if (uint64_t(z) > qlimit) return bad("golomb", "truncated or oversized quotient");
-              rd.skip(used);
-              uint64_t p = next + uint64_t(z) * m + r;
-              if (p >= n) return bad("golomb", "position beyond chunk end");
-              pos[i] = uint32_t(p);
-              next = p + 1;
-              continue;
-            }
-          }
-        }
-        if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
-        if (!rd.get(tb.b > 0 ? tb.b - 1 : 0, &r)) return bad("golomb", "truncated remainder");
-        if (tb.b > 0 && r >= tb.u) {
-          uint64_t low;
-          if (!rd.get(1, &low)) return bad("golomb", "truncated remainder");
-          r = ((r << 1) | low) - tb.u;
-        }
-        uint64_t p = next + q * m + r;
-        if (p >= n) return bad("golomb", "position beyond chunk end");
-        pos[i] = uint32_t(p);
-        next = p + 1;
-      }
-      if (rd.bits_left() >= 8) return bad("golomb", "trailing bytes");
-      uint64_t pad;
-      if (!rd.get(int(rd.bits_left()), &pad) || pad != 0) return bad("golomb", "non-zero padding bits");
-      return Status::Ok();
-    }
+    case IndexCodec::kLeb128: return decode_leb128(in, n, k, pos);
+    case IndexCodec::kBitmap: return decode_bitmap(in, n, k, pos);
+    case IndexCodec::kGolomb: return decode_golomb(in, n, k, pos);
   }
   return bad("unknown", "codec id " + std::to_string(int(c)));
 }
