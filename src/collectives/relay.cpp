@@ -4,8 +4,15 @@
 #include <chrono>
 
 #include "core/log.h"
+#include "core/params.h"
 
 namespace sparrow::coll {
+
+namespace {
+params::BoolParam kShareStreams("SHARE_STREAMS", true,
+                                "A rank sending to several children at once gives each child NSTREAMS / children of its "
+                                "streams (at least one), so its uplink carries about NSTREAMS flows; 0: every stream to every child.");
+}  // namespace
 
 void Fanout::drop(int kid, const Status& why) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -17,14 +24,20 @@ void Fanout::drop(int kid, const Status& why) {
                (unsigned long long)w_.seq, why.to_string().c_str());
 }
 
+size_t Fanout::streams_per_child(size_t children) const {
+  if (!kShareStreams.get() || children <= 1) return 0;
+  return std::max<size_t>(1, size_t(w_.net.nstreams()) / children);
+}
+
 void Fanout::send_payload(uint32_t sub, const transport::Payload& p, bool keep) {
   std::vector<int> to;
   {
     std::lock_guard<std::mutex> lk(mu_);
     to = live_;
   }
+  const size_t streams = streams_per_child(to.size());
   for (int kid : to) {
-    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline);
+    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline, streams);
     if (!q.ok()) {
       drop(kid, q.status());
       continue;
@@ -61,8 +74,14 @@ void Fanout::set_children(std::vector<int> children) {
 }
 
 void Fanout::adopt(int kid, const std::vector<std::pair<uint32_t, transport::Payload>>& backlog) {
+  size_t siblings;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    siblings = live_.size();
+  }
+  const size_t streams = streams_per_child(siblings + 1);
   for (const auto& [sub, p] : backlog) {
-    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline);
+    auto q = w_.net.send(kid, w_.key(sub), p, w_.deadline, streams);
     if (!q.ok()) return;  // (not a child yet: nothing to drop)
     std::lock_guard<std::mutex> lk(mu_);
     reqs_.emplace_back(kid, q.value());

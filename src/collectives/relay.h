@@ -55,6 +55,8 @@ class Fanout {
 
  private:
   void drop(int kid, const Status& why);
+  // How many streams each of `children` children sent to at once gets (0: all of them).
+  size_t streams_per_child(size_t children) const;
   // To every live child; `keep`: hold the request for finish().
   void send_payload(uint32_t sub, const transport::Payload& p, bool keep);
   OpWire w_;

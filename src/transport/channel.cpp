@@ -267,7 +267,7 @@ void Channel::close() {
   for (auto& f : dropped) f.req->fragment_done(Status(Code::kInternalError, "channel closed"));
 }
 
-SendRequestPtr Channel::send(const MsgKey& k, Payload p) {
+SendRequestPtr Channel::send(const MsgKey& k, Payload p, size_t max_streams) {
   const size_t stripe = stripe_bytes();
   size_t nfrag = p.len == 0 ? 1 : (p.len + stripe - 1) / stripe;
   auto req = std::make_shared<SendRequest>(nfrag);
@@ -282,6 +282,7 @@ SendRequestPtr Channel::send(const MsgKey& k, Payload p) {
       f.h.len = uint32_t(std::min(stripe, p.len - std::min(p.len, i * stripe)));
       f.p = Payload{p.data + f.h.offset, f.h.len, p.keepalive};
       f.req = req;
+      f.streams = max_streams;
       in_->pending.push_back(std::move(f));
     }
   }
@@ -311,7 +312,8 @@ void Channel::Inner::pump() {
         // The least-queued connection; ties rotate, so that small messages, which leave the queues
         // empty, still spread over every stream (each stream's congestion window and pacing rate
         // then carries a share, instead of one stream carrying everything).
-        const size_t n = conns.size();
+        const size_t all = conns.size(), lim = pending.front().streams;
+        const size_t n = lim > 0 && lim < all ? lim : all;
         size_t best = next % n;
         for (size_t j = 1; j < n; ++j) {
           size_t i = (next + j) % n;

@@ -125,8 +125,9 @@ class Channel {
   explicit Channel(std::vector<ConnPtr> conns);
   ~Channel();
   // Queues message `k`; returns at once. `p` must stay valid (or be kept alive by p.keepalive) until
-  // the request is done.
-  SendRequestPtr send(const MsgKey& k, Payload p);
+  // the request is done. `max_streams` (0: all) limits the streams its fragments may take to the
+  // first max_streams of the channel's (the receiver reassembles from whichever streams they came).
+  SendRequestPtr send(const MsgKey& k, Payload p, size_t max_streams = 0);
   size_t streams() const;
   void close();
 
@@ -135,6 +136,7 @@ class Channel {
     FrameHeader h;
     Payload p;
     SendRequestPtr req;
+    size_t streams = 0;  // the first `streams` connections may carry it (0: any)
   };
   // Shared with the completion callbacks, so a late completion never touches a destroyed Channel.
   struct Inner : std::enable_shared_from_this<Inner> {

@@ -233,7 +233,7 @@ Status Net::connect(int peer, Deadline d) {
   return c.ok() ? Status::Ok() : c.status();
 }
 
-Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline d) {
+Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline d, size_t max_streams) {
   SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
   Status f = box(peer)->failure();
   if (!f.ok()) return f;
@@ -243,7 +243,7 @@ Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline 
     m[k.seq] += p.len;
     if (m.size() > 256) m.erase(m.begin());
   }
-  return ch->send(k, std::move(p));
+  return ch->send(k, std::move(p), max_streams);
 }
 
 namespace {

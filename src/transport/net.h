@@ -33,8 +33,9 @@ class Net {
   void set_addresses(std::vector<std::string> addrs);
   const std::string& address_of(int r) const { return addrs_[r]; }
 
-  // Queues a message to `peer`; establishes the channel if needed (within deadline d).
-  Result<SendRequestPtr> send(int peer, const MsgKey& k, Payload p, Deadline d);
+  // Queues a message to `peer`; establishes the channel if needed (within deadline d). `max_streams`
+  // (0: all): how many of the channel's streams may carry it (Channel::send).
+  Result<SendRequestPtr> send(int peer, const MsgKey& k, Payload p, Deadline d, size_t max_streams = 0);
   Result<std::vector<uint8_t>> recv(int peer, const MsgKey& k, Deadline d);
   // A message of another length under `k` goes to `other` (Mailbox::recv_into).
   Status recv_into(int peer, const MsgKey& k, void* dst, size_t len, Deadline d, std::vector<uint8_t>* other = nullptr);

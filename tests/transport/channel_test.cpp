@@ -49,6 +49,31 @@ TEST(ChannelTest, SmallMessagesSpreadOverEveryStream) {
   for (auto& c : cs) EXPECT_EQ(c->frames.load(), 2) << "stream " << c->stream();
 }
 
+// A sender with several children gives each a share of its streams (Fanout): a message limited to
+// the first k streams never takes another, whatever the queues say; unlimited ones still take all.
+TEST(ChannelTest, MessageLimitedToKStreamsTakesOnlyTheFirstK) {
+  std::vector<std::shared_ptr<InstantConn>> cs;
+  std::vector<ConnPtr> conns;
+  for (int i = 0; i < 4; ++i) {
+    cs.push_back(std::make_shared<InstantConn>(i));
+    conns.push_back(cs.back());
+  }
+  Channel ch(conns);
+  std::vector<uint8_t> data(3 * stripe_bytes() + 5, 1);  // four fragments per message
+  auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
+  for (uint32_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(ch.send(MsgKey{1, 1, i}, Payload{data.data(), data.size(), nullptr}, 2)->wait(deadline()).ok());
+  EXPECT_EQ(cs[0]->frames.load(), 6);
+  EXPECT_EQ(cs[1]->frames.load(), 6);
+  EXPECT_EQ(cs[2]->frames.load(), 0);
+  EXPECT_EQ(cs[3]->frames.load(), 0);
+  ASSERT_TRUE(ch.send(MsgKey{1, 1, 3}, Payload{data.data(), data.size(), nullptr}, 1)->wait(deadline()).ok());
+  EXPECT_EQ(cs[0]->frames.load(), 10);
+  ASSERT_TRUE(ch.send(MsgKey{1, 1, 4}, Payload{data.data(), data.size(), nullptr}, 9)->wait(deadline()).ok());
+  ASSERT_TRUE(ch.send(MsgKey{1, 1, 5}, Payload{data.data(), data.size(), nullptr})->wait(deadline()).ok());
+  for (auto& c : {cs[2], cs[3]}) EXPECT_EQ(c->frames.load(), 2) << "stream " << c->stream();
+}
+
 TEST(MailboxTest, OneStreamClosingCleanlyDoesNotLoseWhatAnotherStillDelivers) {
   // A peer sends its last message on stream B and closes all streams; stream A's close is seen first.
   Mailbox mb("rank 1", 2);
