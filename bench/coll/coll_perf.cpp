@@ -203,15 +203,29 @@ Bound lower_bound(const std::string& path, int root, int nranks) {
   return b;
 }
 
-struct Row {
-  size_t bytes, count;
-  double time_s, density, wire;
-  int wrong;
-};
+void usage(const char* argv0) {
+  printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
+         "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
+         "          [--scenario FILE] [--json] [--stage] [--progress] [--elastic]\n"
+         "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
+         "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
+         "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
+         "  --impl NAME     sparrow, paper (SparrowRL's format, tree, one stream), dense, mpi (MPI_Bcast)\n"
+         "  --model NAME    realistic RL steps of data/models/NAME.json, --layers N (1), --vocab N (2048)\n"
+         "  --scenario FILE wanemu scenario for the lower bound (default $WANEMU_SCENARIO)\n"
+         "  --stage         receivers stage each step and commit it once ready; the commit is timed on its own\n"
+         "  --json          one JSON object per row, with every rank's last step (stage times, bytes per\n"
+         "                  peer, CPU seconds) under \"per_rank\", the last step's time and when each rank\n"
+         "                  returned (finish_s)\n"
+         "  --progress      every rank prints a line each second while it is inside a collective\n"
+         "  --elastic       an elastic communicator (members may be dropped; its root waits for every\n"
+         "                  acknowledgement, and dense receivers stage each broadcast before writing it)\n"
+         "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
+         argv0);
+}
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line, checked before MPI starts (a bad argument exits 2, --help 0).
+Opts parse_opts(int argc, char** argv) {
   Opts o;
   std::string self = argv[0];
   o.sparse = self.find("sparse") != std::string::npos;
@@ -245,26 +259,7 @@ int main(int argc, char** argv) {
       case 'P': o.progress = true; break;
       case 'E': o.elastic = true; break;
       case 'S': o.scenario = optarg; break;
-      case 'h':
-        printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
-               "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
-               "          [--scenario FILE] [--json] [--stage] [--progress] [--elastic]\n"
-               "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
-               "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
-               "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
-               "  --impl NAME     sparrow, paper (SparrowRL's format, tree, one stream), dense, mpi (MPI_Bcast)\n"
-               "  --model NAME    realistic RL steps of data/models/NAME.json, --layers N (1), --vocab N (2048)\n"
-               "  --scenario FILE wanemu scenario for the lower bound (default $WANEMU_SCENARIO)\n"
-               "  --stage         receivers stage each step and commit it once ready; the commit is timed on its own\n"
-               "  --json          one JSON object per row, with every rank's last step (stage times, bytes per\n"
-               "                  peer, CPU seconds) under \"per_rank\", the last step's time and when each rank\n"
-               "                  returned (finish_s)\n"
-               "  --progress      every rank prints a line each second while it is inside a collective\n"
-               "  --elastic       an elastic communicator (members may be dropped; its root waits for every\n"
-               "                  acknowledgement, and dense receivers stage each broadcast before writing it)\n"
-               "Run under mpirun (or scripts/wanemu-mpirun.sh).\n",
-               argv[0]);
-        return 0;
+      case 'h': usage(argv[0]); exit(0);
       default: args::unknown(prog, argv[optind - 1]);
     }
   }
@@ -280,245 +275,341 @@ int main(int argc, char** argv) {
     setenv("SPARROW_NSTREAMS", "1", 1);
     setenv("SPARROW_ALGO", "two_level", 1);
   }
-  MPI_Init(&argc, &argv);
-  int rank, n;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (o.root >= n) {
-    if (rank == 0) fprintf(stderr, "%s: -r '%d': expected a rank in 0..%d\n", prog, o.root, n - 1);
-    MPI_Finalize();
-    return 2;
-  }
+  return o;
+}
+
+// The same steps as sparrowCommInitMPI (libsparrow_mpi), against the statically linked library.
+sparrowComm_t open_comm(const Opts& o, int rank, int n) {
+  sparrowUniqueId id;
+  if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = o.elastic ? 1 : 0;
   sparrowComm_t comm = nullptr;
-  if (o.impl != "mpi") {
-    // The same steps as sparrowCommInitMPI (libsparrow_mpi), against the statically linked library.
-    sparrowUniqueId id;
-    if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-    cfg.elastic = o.elastic ? 1 : 0;
-    sparrowResult_t rc = sparrowCommInitRankConfig(&comm, n, id, rank, &cfg);
-    if (rc != sparrowSuccess) {
-      fprintf(stderr, "rank %d: sparrowCommInitRankConfig: %s\n", rank, sparrowGetLastError(nullptr));
+  sparrowResult_t rc = sparrowCommInitRankConfig(&comm, n, id, rank, &cfg);
+  if (rc != sparrowSuccess) {
+    fprintf(stderr, "rank %d: sparrowCommInitRankConfig: %s\n", rank, sparrowGetLastError(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return comm;
+}
+
+// Everything a row needs that does not change between rows.
+struct Job {
+  Opts o;
+  int rank = 0, n = 1;
+  bool all_same = false;  // every rank on this host: completion times on one clock
+  sparrowComm_t comm = nullptr;
+  Bound bound;
+  std::unique_ptr<gen::UpdateGenerator> gen;  // --model: the root's generator
+  std::vector<kernels::cpu::TensorSpec> specs;  // --model: the tensors
+  uint32_t es = 2;
+};
+
+// One row's buffers: the root's are the generator's (--model) or weight-like values; the others' start
+// at zero, so the first step is a full version.
+struct Buffers {
+  std::vector<kernels::cpu::TensorSpec> layout;
+  std::vector<std::vector<uint8_t>> own;
+  std::vector<void*> ptr;
+  uint64_t step_seed = 1;  // -b: the next step's changes
+};
+
+// The root's next step: a generator step (--model) or -D of the elements changed.
+void mutate(Job& j, Buffers& b) {
+  if (j.rank != j.o.root) return;
+  if (j.gen) {
+    j.gen->step();
+    return;
+  }
+  for (size_t t = 0; t < b.layout.size(); ++t)
+    gen::mutate_exact(b.ptr[t], b.layout[t].count, j.es, j.o.density, b.step_seed++);
+}
+
+Buffers make_buffers(Job& j, size_t bytes) {
+  Buffers b;
+  b.layout = j.specs;
+  if (j.o.model.empty()) b.layout = {{"buf", uint8_t(j.o.dtype), bytes / j.es}};
+  b.own.resize(b.layout.size());
+  b.ptr.resize(b.layout.size());
+  for (size_t t = 0; t < b.layout.size(); ++t) {
+    if (j.gen && j.rank == j.o.root) {
+      b.ptr[t] = j.gen->mutable_buffers()[t];
+    } else {
+      b.own[t].assign(b.layout[t].bytes(), 0);
+      // Weight-like values: the first (full) version is as big on the wire as a real model's.
+      if (j.rank == j.o.root) gen::fill_like_weights(b.own[t].data(), b.layout[t].count, uint8_t(j.o.dtype), 1 + t);
+      b.ptr[t] = b.own[t].data();
+    }
+  }
+  return b;
+}
+
+// One collective over the row's buffers, as --impl says; 0 or a sparrow/MPI error. `commit_s`: a
+// staged receiver's commit time.
+int run_op(const Job& j, const Buffers& b, double* commit_s) {
+  const Opts& o = j.o;
+  if (o.impl == "mpi") {
+    for (size_t t = 0; t < b.layout.size(); ++t) {
+      size_t cnt = b.layout[t].count;
+      // MPI counts are int: send in pieces of at most 1 GiB.
+      for (size_t off = 0; off < cnt; off += (size_t(1) << 30) / j.es) {
+        size_t c = std::min(cnt - off, (size_t(1) << 30) / j.es);
+        MPI_Bcast(static_cast<uint8_t*>(b.ptr[t]) + off * j.es, int(c), mpi_type(o.dtype), o.root, MPI_COMM_WORLD);
+      }
+    }
+    return 0;
+  }
+  if (o.impl == "dense" || !o.sparse) {
+    sparrowGroupStart();
+    for (size_t t = 0; t < b.layout.size(); ++t)
+      sparrowBroadcast(b.ptr[t], b.ptr[t], b.layout[t].count, sparrowDataType_t(o.dtype), o.root, j.comm, nullptr);
+    return sparrowGroupEnd();
+  }
+  sparrowGroupStart();
+  for (size_t t = 0; t < b.layout.size(); ++t)
+    (o.stage ? sparrowSparseBcastStage : sparrowSparseBcast)(b.ptr[t], b.ptr[t], b.layout[t].count,
+                                                             sparrowDataType_t(o.dtype), o.root, j.comm, nullptr);
+  int g = sparrowGroupEnd();
+  if (g != 0 || !o.stage || j.rank == o.root) return g;
+  // Staged: the step arrives while this rank could keep generating; the switch is the commit.
+  for (int ready = 0; !ready;) {
+    if (sparrowStageQuery(j.comm, &ready) != sparrowSuccess) return 1;
+    if (!ready) usleep(200);
+  }
+  double t0 = bench::now();
+  g = sparrowStageCommit(j.comm);
+  *commit_s = bench::now() - t0;
+  return g;
+}
+
+// What a row measured, summed over its timed steps (the last step's CPU figures apart).
+struct RowOut {
+  size_t bytes = 0;
+  int steps = 0, wrong = 0;
+  double tsum = 0, wire = 0, dens = 0, csum = 0;
+  double cpu_last = 0, took_last = 0, host_busy = 0;
+  std::vector<double> finish;  // the last step's, per rank
+  double cpu_sum = 0, cpu_load = 0;
+  long cores = 1;
+  bool cpu_bound = false;
+  std::string per_rank;
+};
+
+// The timed steps of a row; 0, or 1 when a call failed.
+int time_steps(Job& j, Buffers& b, RowOut& r) {
+  const Opts& o = j.o;
+  std::unique_ptr<ProgressLine> progress;
+  if (o.progress && j.comm) progress = std::make_unique<ProgressLine>(j.comm, j.rank);
+  double commit_s = 0;  // this receiver's last commit (--stage)
+  for (int it = 0; it < o.iters; ++it) {
+    if (o.sparse) mutate(j, b);
+    int rc = 0;
+    const double cpu0 = cpu_seconds();
+    const bool root = j.rank == o.root;  // (the host's view is the root's to report)
+    const HostCpu h0 = root ? host_cpu() : HostCpu{};
+    double took = bench::timed_collective(j.rank, o.root, j.n, j.all_same, [&] { return run_op(j, b, &commit_s); }, &rc, &r.finish);
+    r.cpu_last = cpu_seconds() - cpu0;
+    const HostCpu h1 = root ? host_cpu() : HostCpu{};
+    r.host_busy = h1.total > h0.total ? (h1.busy - h0.busy) / (h1.total - h0.total) : 0;
+    r.took_last = took;
+    if (rc) {
+      if (rc > 0) fprintf(stderr, "rank %d: %s\n", j.rank, j.comm ? sparrowGetLastError(j.comm) : "MPI error");
+      return 1;
+    }
+    r.tsum += took;
+    r.steps++;
+    if (o.stage) {  // the slowest receiver's commit
+      double cmax = 0;
+      MPI_Reduce(&commit_s, &cmax, 1, MPI_DOUBLE, MPI_MAX, o.root, MPI_COMM_WORLD);
+      r.csum += cmax;
+    }
+    if (j.comm && j.rank == o.root && o.sparse && o.impl != "dense") {
+      sparrowStats st;
+      sparrowCommGetStats(j.comm, &st);
+      r.wire += double(st.wireBytes);
+      r.dens += st.density;
+    } else {
+      r.wire += double(r.bytes);
+      r.dens += o.sparse ? o.density : 1.0;
+    }
+  }
+  return 0;
+}
+
+// Every rank's buffers hash like the root's: the number of ranks whose do not (at the root).
+int count_wrong(const Job& j, const Buffers& b) {
+  uint64_t h = 0;
+  for (size_t t = 0; t < b.layout.size(); ++t) h ^= XXH3_64bits(b.ptr[t], b.layout[t].bytes()) + t;
+  uint64_t h0 = h;
+  MPI_Bcast(&h0, 1, MPI_UINT64_T, j.o.root, MPI_COMM_WORLD);
+  int mine = h != h0, wrong = 0;
+  MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, j.o.root, MPI_COMM_WORLD);
+  return wrong;
+}
+
+// CPU: every rank's CPU seconds in the last step, against this host's cores (meaningful when the
+// ranks share the host, as under wanemu): near 1, the step was CPU-bound, not network-bound.
+void gather_cpu(const Job& j, RowOut& r) {
+  MPI_Reduce(&r.cpu_last, &r.cpu_sum, 1, MPI_DOUBLE, MPI_SUM, j.o.root, MPI_COMM_WORLD);
+  r.cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  r.cpu_load = r.took_last > 0 ? r.cpu_sum / (r.took_last * double(r.cores)) : 0;
+  // Busy host: the ranks' own load, or every process's and the kernel's (the root's view of the host).
+  r.cpu_bound = r.cpu_load > 0.85 || r.host_busy > 0.9;
+}
+
+void print_json_row(const Job& j, const RowOut& r, double bnd) {
+  const Opts& o = j.o;
+  const double t = r.tsum / r.steps, w = r.wire / r.steps, d = r.dens / r.steps;
+  const double algbw = double(r.bytes) / t / 1e9;
+  char line[512];
+  snprintf(line, sizeof line,
+           "{\"tool\": \"%s\", \"impl\": \"%s\", \"ranks\": %d, \"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
+           "\"root\": %d, \"time_us\": %.1f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %d, \"density\": %.5f, "
+           "\"wire_bytes\": %.0f, \"ratio\": %.2f, \"bound_us\": %.1f, \"time_vs_bound\": %.3f, \"model\": \"%s\", "
+           "\"scenario\": \"%s\"}",
+           o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), j.n, r.bytes, r.bytes / j.es,
+           format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, algbw, algbw, r.wrong, d, w, double(r.bytes) / w,
+           bnd * 1e6, bnd > 0 ? t / bnd : 0.0, o.model.c_str(), o.scenario.c_str());
+  line[strlen(line) - 1] = 0;  // the object goes on
+  if (o.stage)
+    printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f", line, r.csum / r.steps * 1e6,
+           r.csum / r.steps / t);
+  else
+    printf("%s", line);
+  if (o.elastic) printf(", \"elastic\": true");
+  std::string fin;  // the last step: when each rank returned, after the root's start
+  for (size_t k = 0; k < r.finish.size(); ++k) fin += (k ? "," : "") + std::to_string(r.finish[k]);
+  printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"host_busy\": %.3f, "
+         "\"cpu_bound\": %s, \"last_step_us\": %.1f, \"finish_s\": [%s], \"per_rank\": %s}\n",
+         r.cpu_sum, r.cores, r.cpu_load, r.host_busy, r.cpu_bound ? "true" : "false", r.took_last * 1e6, fin.c_str(),
+         r.per_rank.empty() ? "[]" : r.per_rank.c_str());
+}
+
+void print_table_row(const Job& j, const RowOut& r, double bnd) {
+  const Opts& o = j.o;
+  const double t = r.tsum / r.steps, w = r.wire / r.steps, d = r.dens / r.steps;
+  const double algbw = double(r.bytes) / t / 1e9;
+  printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", r.bytes, r.bytes / j.es, format::dtype_name(uint8_t(o.dtype)),
+         o.root, t * 1e6, algbw, algbw, r.wrong);
+  if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(r.bytes) / w);
+  if (j.bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
+  if (o.stage) printf(" %11.1f %8.4f", r.csum / r.steps * 1e6, r.csum / r.steps / t);
+  printf("\n");
+  if (r.cpu_bound)
+    printf("# CPU-bound: the ranks used %.2f CPU-s in the last %.3f s step, %.0f%% of this host's %ld cores "
+           "(if they all run here); the host's cores were %.0f%% busy (every process and the kernel: an "
+           "emulator too)\n", r.cpu_sum, r.took_last, 100 * r.cpu_load, r.cores, 100 * r.host_busy);
+}
+
+// One row: the first (full) version and the warm-up, untimed; the timed steps; the check; the line.
+// 0, or 1 when a call failed or a rank's bits differ.
+int run_row(Job& j, size_t bytes) {
+  const Opts& o = j.o;
+  Buffers b = make_buffers(j, bytes);
+  double commit_s = 0;
+  for (int w = 0; w < 1 + o.warmup; ++w) {
+    if (w > 0 && o.sparse) mutate(j, b);
+    if (run_op(j, b, &commit_s) != 0) {
+      fprintf(stderr, "rank %d: %s\n", j.rank, sparrowGetLastError(j.comm));
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
-  // All ranks on one machine: completion times on one clock; otherwise op + barrier at the root.
+  RowOut r;
+  r.bytes = bytes;
+  int exit_code = time_steps(j, b, r);
+  if (o.check) r.wrong = count_wrong(j, b);
+  r.per_rank = o.json ? gather_rank_json(j.comm, j.rank, j.n, o.root, r.cpu_last) : "";
+  gather_cpu(j, r);
+  if (j.rank == o.root && r.steps > 0) {
+    const double w = r.wire / r.steps;
+    const double bnd = j.bound.known ? j.bound.seconds(o.sparse && o.impl != "dense" && o.impl != "mpi" ? w : double(bytes)) : 0;
+    if (o.json) print_json_row(j, r, bnd);
+    else print_table_row(j, r, bnd);
+    fflush(stdout);
+    if (r.wrong) exit_code = 1;
+  }
+  return exit_code;
+}
+
+// The model's tensors and, at the root, its generator (--model); exits on a bad model.
+void open_model(Job& j) {
+  gen::GenOptions go;
+  go.model = j.o.model;
+  go.layers = j.o.layers;
+  go.vocab = j.o.vocab;
+  auto m = gen::open_model(go, j.rank == j.o.root);
+  if (!m.ok()) {
+    fprintf(stderr, "rank %d: %s\n", j.rank, m.status().to_string().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  j.gen = std::move(m->gen);
+  j.specs = std::move(m->tensors);
+  j.o.dtype = 9;
+}
+
+void print_header(const Job& j) {
+  const Opts& o = j.o;
+  printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", j.n,
+         o.impl.c_str(), o.root, format::dtype_name(uint8_t(o.dtype)), o.model.empty() ? "" : ", model ", o.model.c_str());
+  if (j.bound.known)
+    printf("# lower bound: bytes / root uplink (%.0f Mbit/s) + one-way delay to the farthest rank (%.1f ms)\n",
+           j.bound.uplink_Bps * 8 / 1e6, j.bound.delay_s * 1e3);
+  printf("#%12s %12s %9s %5s %11s %9s %9s %7s", "size", "count", "type", "root", "time(us)", "algbw", "busbw", "#wrong");
+  if (o.sparse) printf(" %8s %12s %8s", "density", "wire(B)", "ratio");
+  if (j.bound.known) printf(" %11s %8s", "bound(us)", "x_bound");
+  if (o.stage) printf(" %11s %8s", "commit(us)", "commit/t");
+  printf("\n");
+}
+
+// All ranks on one machine: completion times on one clock; otherwise op + barrier at the root.
+bool all_on_one_host() {
   char host[256] = {0}, host0[256] = {0};
   gethostname(host, sizeof host - 1);
   memcpy(host0, host, sizeof host);
   MPI_Bcast(host0, sizeof host0, MPI_CHAR, 0, MPI_COMM_WORLD);
   int same = strcmp(host, host0) == 0, all_same = 0;
   MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  Bound bound = lower_bound(o.scenario, o.root, n);
+  return all_same != 0;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  Job j;
+  j.o = parse_opts(argc, argv);
+  const Opts& o = j.o;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &j.n);
+  if (o.root >= j.n) {
+    if (j.rank == 0)
+      fprintf(stderr, "%s: -r '%d': expected a rank in 0..%d\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.root,
+              j.n - 1);
+    MPI_Finalize();
+    return 2;
+  }
+  if (o.impl != "mpi") j.comm = open_comm(o, j.rank, j.n);
+  j.all_same = all_on_one_host();
+  j.bound = lower_bound(o.scenario, o.root, j.n);
   // Buffers: one (size sweep) or a model's tensors (realistic steps).
-  std::unique_ptr<gen::UpdateGenerator> gen;
-  std::vector<kernels::cpu::TensorSpec> specs;
-  if (!o.model.empty()) {
-    gen::GenOptions go;
-    go.model = o.model;
-    go.layers = o.layers;
-    go.vocab = o.vocab;
-    auto m = gen::open_model(go, rank == o.root);
-    if (!m.ok()) {
-      fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str());
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    gen = std::move(m->gen);
-    specs = std::move(m->tensors);
-    o.dtype = 9;
-  }
-  const uint32_t es = format::dtype_size(uint8_t(o.dtype));
-  if (rank == 0 && !o.json) {
-    printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", n,
-           o.impl.c_str(), o.root, format::dtype_name(uint8_t(o.dtype)), o.model.empty() ? "" : ", model ", o.model.c_str());
-    if (bound.known)
-      printf("# lower bound: bytes / root uplink (%.0f Mbit/s) + one-way delay to the farthest rank (%.1f ms)\n",
-             bound.uplink_Bps * 8 / 1e6, bound.delay_s * 1e3);
-    printf("#%12s %12s %9s %5s %11s %9s %9s %7s", "size", "count", "type", "root", "time(us)", "algbw", "busbw", "#wrong");
-    if (o.sparse) printf(" %8s %12s %8s", "density", "wire(B)", "ratio");
-    if (bound.known) printf(" %11s %8s", "bound(us)", "x_bound");
-    if (o.stage) printf(" %11s %8s", "commit(us)", "commit/t");
-    printf("\n");
-  }
+  if (!o.model.empty()) open_model(j);
+  j.es = format::dtype_size(uint8_t(o.dtype));
+  if (j.rank == 0 && !o.json) print_header(j);
   std::vector<size_t> sizes;
   if (!o.model.empty()) {
     size_t total = 0;
-    for (auto& s : specs) total += s.bytes();
+    for (auto& s : j.specs) total += s.bytes();
     sizes.push_back(total);
   } else {
-    for (double s = double(o.minb); s <= double(o.maxb) * 1.0001; s *= o.factor) sizes.push_back(size_t(s) / es * es);
+    for (double s = double(o.minb); s <= double(o.maxb) * 1.0001; s *= o.factor) sizes.push_back(size_t(s) / j.es * j.es);
   }
   int exit_code = 0;
   for (size_t bytes : sizes) {
-    // Layout for this row.
-    std::vector<kernels::cpu::TensorSpec> layout = specs;
-    if (o.model.empty()) layout = {{"buf", uint8_t(o.dtype), bytes / es}};
-    std::vector<std::vector<uint8_t>> own(layout.size());
-    std::vector<void*> ptr(layout.size());
-    for (size_t t = 0; t < layout.size(); ++t) {
-      if (gen && rank == o.root) {
-        ptr[t] = gen->mutable_buffers()[t];
-      } else {
-        own[t].assign(layout[t].bytes(), 0);
-        // Weight-like values: the first (full) version is as big on the wire as a real model's.
-        if (rank == o.root) gen::fill_like_weights(own[t].data(), layout[t].count, uint8_t(o.dtype), 1 + t);
-        ptr[t] = own[t].data();
-      }
-    }
-    uint64_t step_seed = 1;
-    auto mutate = [&] {
-      if (rank != o.root) return;
-      if (gen) gen->step();
-      else
-        for (size_t t = 0; t < layout.size(); ++t)
-          gen::mutate_exact(ptr[t], layout[t].count, es, o.density, step_seed++);
-    };
-    double commit_s = 0;  // this receiver's last commit (--stage)
-    auto op = [&]() -> int {
-      if (o.impl == "mpi") {
-        for (size_t t = 0; t < layout.size(); ++t) {
-          size_t cnt = layout[t].count;
-          // MPI counts are int: send in pieces of at most 1 GiB.
-          for (size_t off = 0; off < cnt; off += (size_t(1) << 30) / es) {
-            size_t c = std::min(cnt - off, (size_t(1) << 30) / es);
-            MPI_Bcast(static_cast<uint8_t*>(ptr[t]) + off * es, int(c), mpi_type(o.dtype), o.root, MPI_COMM_WORLD);
-          }
-        }
-        return 0;
-      }
-      if (o.impl == "dense" || !o.sparse) {
-        sparrowGroupStart();
-        for (size_t t = 0; t < layout.size(); ++t)
-          sparrowBroadcast(ptr[t], ptr[t], layout[t].count, sparrowDataType_t(o.dtype), o.root, comm, nullptr);
-        return sparrowGroupEnd();
-      }
-      sparrowGroupStart();
-      for (size_t t = 0; t < layout.size(); ++t)
-        (o.stage ? sparrowSparseBcastStage : sparrowSparseBcast)(ptr[t], ptr[t], layout[t].count,
-                                                                 sparrowDataType_t(o.dtype), o.root, comm, nullptr);
-      int g = sparrowGroupEnd();
-      if (g != 0 || !o.stage || rank == o.root) return g;
-      // Staged: the step arrives while this rank could keep generating; the switch is the commit.
-      for (int ready = 0; !ready;) {
-        if (sparrowStageQuery(comm, &ready) != sparrowSuccess) return 1;
-        if (!ready) usleep(200);
-      }
-      double t0 = bench::now();
-      g = sparrowStageCommit(comm);
-      commit_s = bench::now() - t0;
-      return g;
-    };
-    // Version 1 (dense for sparse_bcast) and warmup: not timed.
-    for (int w = 0; w < 1 + o.warmup; ++w) {
-      if (w > 0 && o.sparse) mutate();
-      if (op() != 0) {
-        fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(comm));
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-    }
-    double tsum = 0, wire = 0, dens = 0, csum = 0, cpu_last = 0, took_last = 0, host_busy = 0;
-    std::vector<double> finish;  // the last step's, per rank
-    std::unique_ptr<ProgressLine> progress;
-    if (o.progress && comm) progress = std::make_unique<ProgressLine>(comm, rank);
-    for (int it = 0; it < o.iters; ++it) {
-      if (o.sparse) mutate();
-      int rc = 0;
-      const double cpu0 = cpu_seconds();
-      const bool root = rank == o.root;  // (the host's view is the root's to report)
-      const HostCpu h0 = root ? host_cpu() : HostCpu{};
-      double took = bench::timed_collective(rank, o.root, n, all_same, op, &rc, &finish);
-      cpu_last = cpu_seconds() - cpu0;
-      const HostCpu h1 = root ? host_cpu() : HostCpu{};
-      host_busy = h1.total > h0.total ? (h1.busy - h0.busy) / (h1.total - h0.total) : 0;
-      took_last = took;
-      if (rc) {
-        if (rc > 0) fprintf(stderr, "rank %d: %s\n", rank, comm ? sparrowGetLastError(comm) : "MPI error");
-        exit_code = 1;
-        break;
-      }
-      tsum += took;
-      if (o.stage) {  // the slowest receiver's commit
-        double cmax = 0;
-        MPI_Reduce(&commit_s, &cmax, 1, MPI_DOUBLE, MPI_MAX, o.root, MPI_COMM_WORLD);
-        csum += cmax;
-      }
-      if (comm && rank == o.root && o.sparse && o.impl != "dense") {
-        sparrowStats st;
-        sparrowCommGetStats(comm, &st);
-        wire += double(st.wireBytes);
-        dens += st.density;
-      } else {
-        wire += double(bytes);
-        dens += o.sparse ? o.density : 1.0;
-      }
-    }
-    // Check: every rank's buffers hash like the root's.
-    int wrong = 0;
-    if (o.check) {
-      uint64_t h = 0;
-      for (size_t t = 0; t < layout.size(); ++t) h ^= XXH3_64bits(ptr[t], layout[t].bytes()) + t;
-      uint64_t h0 = h;
-      MPI_Bcast(&h0, 1, MPI_UINT64_T, o.root, MPI_COMM_WORLD);
-      int mine = h != h0;
-      MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, o.root, MPI_COMM_WORLD);
-    }
-    progress.reset();
-    const std::string per_rank = o.json ? gather_rank_json(comm, rank, n, o.root, cpu_last) : "";
-    // CPU: every rank's CPU seconds in the last step, against this host's cores (meaningful when the
-    // ranks share the host, as under wanemu): near 1, the step was CPU-bound, not network-bound.
-    double cpu_sum = 0;
-    MPI_Reduce(&cpu_last, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, o.root, MPI_COMM_WORLD);
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    const double cpu_load = took_last > 0 ? cpu_sum / (took_last * double(cores)) : 0;
-    // Busy host: the ranks' own load, or every process's and the kernel's (the root's view of the host).
-    const bool cpu_bound = cpu_load > 0.85 || host_busy > 0.9;
-    if (rank == o.root) {
-      double t = tsum / o.iters, w = wire / o.iters, d = dens / o.iters;
-      double algbw = double(bytes) / t / 1e9;
-      double bnd = bound.known ? bound.seconds(o.sparse && o.impl != "dense" && o.impl != "mpi" ? w : double(bytes)) : 0;
-      char line[512];
-      if (o.json) {
-        snprintf(line, sizeof line,
-                 "{\"tool\": \"%s\", \"impl\": \"%s\", \"ranks\": %d, \"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
-                 "\"root\": %d, \"time_us\": %.1f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %d, \"density\": %.5f, "
-                 "\"wire_bytes\": %.0f, \"ratio\": %.2f, \"bound_us\": %.1f, \"time_vs_bound\": %.3f, \"model\": \"%s\", "
-                 "\"scenario\": \"%s\"}",
-                 o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), n, bytes, bytes / es, format::dtype_name(uint8_t(o.dtype)),
-                 o.root, t * 1e6, algbw, algbw, wrong, d, w, double(bytes) / w, bnd * 1e6, bnd > 0 ? t / bnd : 0.0,
-                 o.model.c_str(), o.scenario.c_str());
-        line[strlen(line) - 1] = 0;  // the object goes on
-        if (o.stage)
-          printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f", line, csum / o.iters * 1e6,
-                 csum / o.iters / t);
-        else
-          printf("%s", line);
-        if (o.elastic) printf(", \"elastic\": true");
-        std::string fin;  // the last step: when each rank returned, after the root's start
-        for (size_t r = 0; r < finish.size(); ++r) fin += (r ? "," : "") + std::to_string(finish[r]);
-        printf(", \"cpu_s_sum\": %.3f, \"host_cores\": %ld, \"cpu_load_here\": %.3f, \"host_busy\": %.3f, "
-               "\"cpu_bound\": %s, \"last_step_us\": %.1f, \"finish_s\": [%s], \"per_rank\": %s}\n",
-               cpu_sum, cores, cpu_load, host_busy, cpu_bound ? "true" : "false", took_last * 1e6, fin.c_str(),
-               per_rank.empty() ? "[]" : per_rank.c_str());
-      } else {
-        printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", bytes, bytes / es, format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, algbw,
-               algbw, wrong);
-        if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(bytes) / w);
-        if (bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
-        if (o.stage) printf(" %11.1f %8.4f", csum / o.iters * 1e6, csum / o.iters / t);
-        printf("\n");
-        if (cpu_bound)
-          printf("# CPU-bound: the ranks used %.2f CPU-s in the last %.3f s step, %.0f%% of this host's %ld cores "
-                 "(if they all run here); the host's cores were %.0f%% busy (every process and the kernel: an "
-                 "emulator too)\n", cpu_sum, took_last, 100 * cpu_load, cores, 100 * host_busy);
-      }
-      fflush(stdout);
-      if (wrong) exit_code = 1;
-    }
+    exit_code = run_row(j, bytes);
     if (exit_code) break;
   }
-  if (comm) sparrowCommDestroy(comm);
+  if (j.comm) sparrowCommDestroy(j.comm);
   MPI_Finalize();
   return exit_code;
 }
