@@ -234,7 +234,7 @@ struct Report {
   // the bytes of that step from each rank.
   int join_step = -1;
   double join_s = -1, first_s = -1;
-  std::vector<double> join_bytes;
+  std::vector<double> join_bytes = {};
 
   // Per step: the last return in region `g` (ranks not lost) since the root's start.
   double region_step(const std::string& g, int s) const {
