@@ -208,6 +208,7 @@ void usage(const char* argv0) {
          "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
          "          [--scenario FILE] [--json] [--stage] [--progress] [--elastic]\n"
          "  -b/-e SIZE      smallest/largest buffer, suffixes K M G (default 1M/1M); -f FACTOR between rows (2)\n"
+         "                  (the root's first version is weight-like, N(0, 0.02), as incompressible as a model's)\n"
          "  -n N            timed steps per row, >= 1 (5); -w N warm-up steps (1); -c 0|1 check bits (1)\n"
          "  -r ROOT         root rank (0); -d TYPE datatype (bfloat16); -D DENSITY changed fraction 0..1 (0.01)\n"
          "  --impl NAME     sparrow, paper (SparrowRL's format, tree, one stream), dense, mpi (MPI_Bcast)\n"
