@@ -32,14 +32,17 @@ class InstantConn final : public Conn {
   int stream_;
 };
 
-TEST(ChannelTest, SmallMessagesSpreadOverEveryStream) {
+std::vector<std::shared_ptr<InstantConn>> instant_conns(int n) {
   std::vector<std::shared_ptr<InstantConn>> cs;
-  std::vector<ConnPtr> conns;
-  for (int i = 0; i < 4; ++i) {
-    cs.push_back(std::make_shared<InstantConn>(i));
-    conns.push_back(cs.back());
-  }
-  Channel ch(conns);
+  for (int i = 0; i < n; ++i) cs.push_back(std::make_shared<InstantConn>(i));
+  return cs;
+}
+
+std::vector<ConnPtr> as_conns(const std::vector<std::shared_ptr<InstantConn>>& cs) { return {cs.begin(), cs.end()}; }
+
+TEST(ChannelTest, SmallMessagesSpreadOverEveryStream) {
+  auto cs = instant_conns(4);
+  Channel ch(as_conns(cs));
   std::vector<uint8_t> data(100, 1);
   for (uint32_t i = 0; i < 8; ++i) {
     auto r = ch.send(MsgKey{1, 1, i}, Payload{data.data(), data.size(), nullptr});
@@ -52,13 +55,8 @@ TEST(ChannelTest, SmallMessagesSpreadOverEveryStream) {
 // A sender with several children gives each a share of its streams (Fanout): a message limited to
 // the first k streams never takes another, whatever the queues say; unlimited ones still take all.
 TEST(ChannelTest, MessageLimitedToKStreamsTakesOnlyTheFirstK) {
-  std::vector<std::shared_ptr<InstantConn>> cs;
-  std::vector<ConnPtr> conns;
-  for (int i = 0; i < 4; ++i) {
-    cs.push_back(std::make_shared<InstantConn>(i));
-    conns.push_back(cs.back());
-  }
-  Channel ch(conns);
+  auto cs = instant_conns(4);
+  Channel ch(as_conns(cs));
   std::vector<uint8_t> data(3 * stripe_bytes() + 5, 1);  // four fragments per message
   auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
   for (uint32_t i = 0; i < 3; ++i)
