@@ -1,5 +1,6 @@
 #include "transport/channel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/params.h"
@@ -62,7 +63,7 @@ void Mailbox::frame_end(Conn* c, const FrameHeader& h) {
   if (frame_end_locked(c, h) && notify_) notify_->bump();  // outside mu_: the notifier's waiter takes it next
 }
 
-bool Mailbox::frame_end_locked(Conn*, const FrameHeader& h) {
+bool Mailbox::frame_end_locked(Conn* c, const FrameHeader& h) {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = entries_.find(h.key);
   if (it == entries_.end()) return false;
@@ -71,6 +72,7 @@ bool Mailbox::frame_end_locked(Conn*, const FrameHeader& h) {
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   Traffic& tr = traffic_[h.key.seq];
   tr.bytes += h.len;
+  if (c) tr.streams |= uint64_t(1) << std::min(std::max(c->stream(), 0), 63);
   if (tr.first_ns < 0) tr.first_ns = now;
   tr.last_ns = now;
   if (traffic_.size() > 256) traffic_.erase(traffic_.begin());
@@ -127,6 +129,7 @@ Mailbox::Traffic Mailbox::traffic(uint64_t seq_lo, uint64_t seq_hi) const {
   Traffic t;
   for (auto it = traffic_.lower_bound(seq_lo); it != traffic_.end() && it->first <= seq_hi; ++it) {
     t.bytes += it->second.bytes;
+    t.streams |= it->second.streams;
     if (it->second.first_ns >= 0 && (t.first_ns < 0 || it->second.first_ns < t.first_ns)) t.first_ns = it->second.first_ns;
     t.last_ns = std::max(t.last_ns, it->second.last_ns);
   }

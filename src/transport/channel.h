@@ -66,6 +66,7 @@ class Mailbox : public FrameSink {
   struct Traffic {
     uint64_t bytes = 0;
     int64_t first_ns = -1, last_ns = -1;
+    uint64_t streams = 0;  // bit s: stream s carried some of it (streams past 63 count as 63)
   };
   Traffic traffic(uint64_t seq_lo, uint64_t seq_hi) const;
   // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).

@@ -268,6 +268,7 @@ Net::PeerTraffic Net::traffic(int peer) const {
   }
   const Mailbox::Traffic m = box(peer)->traffic(lo, hi);
   t.received = m.bytes;
+  t.streams = __builtin_popcountll(m.streams);
   const int64_t t0 = traffic_t0_ns_.load();
   if (m.first_ns >= 0) t.first_s = std::max(0.0, double(m.first_ns - t0) * 1e-9);
   if (m.last_ns >= 0) t.last_s = std::max(0.0, double(m.last_ns - t0) * 1e-9);

@@ -78,6 +78,7 @@ class Net {
   struct PeerTraffic {
     uint64_t sent = 0, received = 0;
     double first_s = -1, last_s = -1;  // first and last byte received from the peer (-1: none)
+    int streams = 0;                   // how many of the peer's streams carried what was received
   };
   void begin_traffic(uint64_t seq_lo, uint64_t seq_hi);
   PeerTraffic traffic(int peer) const;

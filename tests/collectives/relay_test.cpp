@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/params.h"
 #include "harness/net_harness.h"
 #include "harness/util.h"
 #include "transport/loopback/loopback.h"
@@ -130,6 +131,34 @@ TEST(Relay, LostParentIsPeerLostNotATimeout) {
 }
 
 // One lost child does not cost its siblings the operation.
+// A sender with several children shares its uplink's streams among them (SPARROW_SHARE_STREAMS):
+// over real sockets, each of three children gets a 4 MB message on one of its 4 streams, a child
+// alone gets it on all four, and with the sharing off each of three gets it on more than one.
+TEST(Relay, FanoutSharesTheSendersStreamsAmongItsChildren) {
+  auto nets = test::make_nets("tcp", 4, 4);
+  ASSERT_EQ(nets.size(), 4u);
+  const Frame big = share(test::random_bytes(4 << 20, 7));
+  auto streams_used = [&](const std::vector<int>& kids, uint64_t seq) {
+    for (auto& n : nets) n->begin_traffic(seq, seq);
+    Fanout out(OpWire{*nets[0], 42, seq, transport::deadline_in(20)}, kids);
+    out.send(1, big);
+    out.finish();
+    std::vector<int> used;
+    for (int k : kids) {
+      auto m = OpWire{*nets[size_t(k)], 42, seq, transport::deadline_in(20)}.recv(0, 1);
+      EXPECT_TRUE(m.ok() && m.value() == *big) << "rank " << k;
+      used.push_back(nets[size_t(k)]->traffic(0).streams);
+    }
+    return used;
+  };
+  EXPECT_EQ(streams_used({1, 2, 3}, 5), (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(streams_used({1}, 6), (std::vector<int>{4}));
+  ASSERT_TRUE(params::set_override("SHARE_STREAMS", "0").ok());
+  const auto off = streams_used({1, 2, 3}, 7);
+  params::clear_overrides();
+  for (int s : off) EXPECT_GT(s, 1);
+}
+
 TEST(Relay, FanoutDropsALostChildAndTheOthersGoOn) {
   auto nets = test::make_nets("loopback", 3);
   ASSERT_EQ(nets.size(), 3u);
