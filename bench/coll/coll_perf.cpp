@@ -203,6 +203,8 @@ Bound lower_bound(const std::string& path, int root, int nranks) {
   return b;
 }
 
+const char* prog_name(const Opts& o) { return o.sparse ? "sparse_bcast_perf" : "broadcast_perf"; }
+
 void usage(const char* argv0) {
   printf("usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [-d TYPE]\n"
          "          [-D DENSITY] [--impl sparrow|paper|dense|mpi] [--model NAME --layers N --vocab N]\n"
@@ -233,7 +235,7 @@ Opts parse_opts(int argc, char** argv) {
   static option longopts[] = {{"impl", 1, 0, 'I'}, {"stage", 0, 0, 'G'},  {"model", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"vocab", 1, 0, 'V'},
                               {"steps", 1, 0, 'n'}, {"json", 0, 0, 'J'}, {"progress", 0, 0, 'P'},  {"scenario", 1, 0, 'S'}, {"help", 0, 0, 'h'},
                               {"density", 1, 0, 'D'}, {"elastic", 0, 0, 'E'}, {0, 0, 0, 0}};
-  const char* prog = o.sparse ? "sparse_bcast_perf" : "broadcast_perf";
+  const char* prog = prog_name(o);
   bool got_e = false;
   opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "b:e:f:n:w:c:r:d:D:h", longopts, nullptr)) != -1;) {
@@ -459,23 +461,40 @@ void gather_cpu(const Job& j, RowOut& r) {
   r.cpu_bound = r.cpu_load > 0.85 || r.host_busy > 0.9;
 }
 
-void print_json_row(const Job& j, const RowOut& r, double bnd) {
+// A row's means per timed step, as both outputs print them.
+struct RowMeans {
+  double t = 0, wire = 0, dens = 0, commit = 0, algbw = 0;
+  double bound = 0;  // the lower bound of a step of this size (0: no scenario)
+};
+
+RowMeans row_means(const Job& j, const RowOut& r) {
   const Opts& o = j.o;
-  const double t = r.tsum / r.steps, w = r.wire / r.steps, d = r.dens / r.steps;
-  const double algbw = double(r.bytes) / t / 1e9;
+  RowMeans m;
+  m.t = r.tsum / r.steps;
+  m.wire = r.wire / r.steps;
+  m.dens = r.dens / r.steps;
+  m.commit = r.csum / r.steps;
+  m.algbw = double(r.bytes) / m.t / 1e9;
+  const bool sparse_wire = o.sparse && o.impl != "dense" && o.impl != "mpi";
+  if (j.bound.known) m.bound = j.bound.seconds(sparse_wire ? m.wire : double(r.bytes));
+  return m;
+}
+
+void print_json_row(const Job& j, const RowOut& r, const RowMeans& m) {
+  const Opts& o = j.o;
+  const double t = m.t, w = m.wire, bnd = m.bound;
   char line[512];
   snprintf(line, sizeof line,
            "{\"tool\": \"%s\", \"impl\": \"%s\", \"ranks\": %d, \"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
            "\"root\": %d, \"time_us\": %.1f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %d, \"density\": %.5f, "
            "\"wire_bytes\": %.0f, \"ratio\": %.2f, \"bound_us\": %.1f, \"time_vs_bound\": %.3f, \"model\": \"%s\", "
            "\"scenario\": \"%s\"}",
-           o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.impl.c_str(), j.n, r.bytes, r.bytes / j.es,
-           format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, algbw, algbw, r.wrong, d, w, double(r.bytes) / w,
+           prog_name(o), o.impl.c_str(), j.n, r.bytes, r.bytes / j.es,
+           format::dtype_name(uint8_t(o.dtype)), o.root, t * 1e6, m.algbw, m.algbw, r.wrong, m.dens, w, double(r.bytes) / w,
            bnd * 1e6, bnd > 0 ? t / bnd : 0.0, o.model.c_str(), o.scenario.c_str());
   line[strlen(line) - 1] = 0;  // the object goes on
   if (o.stage)
-    printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f", line, r.csum / r.steps * 1e6,
-           r.csum / r.steps / t);
+    printf("%s, \"stage\": true, \"commit_us\": %.1f, \"commit_vs_time\": %.4f", line, m.commit * 1e6, m.commit / t);
   else
     printf("%s", line);
   if (o.elastic) printf(", \"elastic\": true");
@@ -487,15 +506,13 @@ void print_json_row(const Job& j, const RowOut& r, double bnd) {
          r.per_rank.empty() ? "[]" : r.per_rank.c_str());
 }
 
-void print_table_row(const Job& j, const RowOut& r, double bnd) {
+void print_table_row(const Job& j, const RowOut& r, const RowMeans& m) {
   const Opts& o = j.o;
-  const double t = r.tsum / r.steps, w = r.wire / r.steps, d = r.dens / r.steps;
-  const double algbw = double(r.bytes) / t / 1e9;
   printf(" %12zu %12zu %9s %5d %11.1f %9.3f %9.3f %7d", r.bytes, r.bytes / j.es, format::dtype_name(uint8_t(o.dtype)),
-         o.root, t * 1e6, algbw, algbw, r.wrong);
-  if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * d, w, double(r.bytes) / w);
-  if (j.bound.known) printf(" %11.1f %8.2f", bnd * 1e6, t / bnd);
-  if (o.stage) printf(" %11.1f %8.4f", r.csum / r.steps * 1e6, r.csum / r.steps / t);
+         o.root, m.t * 1e6, m.algbw, m.algbw, r.wrong);
+  if (o.sparse) printf(" %7.3f%% %12.0f %8.1f", 100 * m.dens, m.wire, double(r.bytes) / m.wire);
+  if (j.bound.known) printf(" %11.1f %8.2f", m.bound * 1e6, m.t / m.bound);
+  if (o.stage) printf(" %11.1f %8.4f", m.commit * 1e6, m.commit / m.t);
   printf("\n");
   if (r.cpu_bound)
     printf("# CPU-bound: the ranks used %.2f CPU-s in the last %.3f s step, %.0f%% of this host's %ld cores "
@@ -523,10 +540,9 @@ int run_row(Job& j, size_t bytes) {
   r.per_rank = o.json ? gather_rank_json(j.comm, j.rank, j.n, o.root, r.cpu_last) : "";
   gather_cpu(j, r);
   if (j.rank == o.root && r.steps > 0) {
-    const double w = r.wire / r.steps;
-    const double bnd = j.bound.known ? j.bound.seconds(o.sparse && o.impl != "dense" && o.impl != "mpi" ? w : double(bytes)) : 0;
-    if (o.json) print_json_row(j, r, bnd);
-    else print_table_row(j, r, bnd);
+    const RowMeans m = row_means(j, r);
+    if (o.json) print_json_row(j, r, m);
+    else print_table_row(j, r, m);
     fflush(stdout);
     if (r.wrong) exit_code = 1;
   }
@@ -551,7 +567,7 @@ void open_model(Job& j) {
 
 void print_header(const Job& j) {
   const Opts& o = j.o;
-  printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", j.n,
+  printf("# %s: %d ranks, impl %s, root %d, type %s%s%s\n", prog_name(o), j.n,
          o.impl.c_str(), o.root, format::dtype_name(uint8_t(o.dtype)), o.model.empty() ? "" : ", model ", o.model.c_str());
   if (j.bound.known)
     printf("# lower bound: bytes / root uplink (%.0f Mbit/s) + one-way delay to the farthest rank (%.1f ms)\n",
@@ -585,8 +601,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &j.n);
   if (o.root >= j.n) {
     if (j.rank == 0)
-      fprintf(stderr, "%s: -r '%d': expected a rank in 0..%d\n", o.sparse ? "sparse_bcast_perf" : "broadcast_perf", o.root,
-              j.n - 1);
+      fprintf(stderr, "%s: -r '%d': expected a rank in 0..%d\n", prog_name(o), o.root, j.n - 1);
     MPI_Finalize();
     return 2;
   }
