@@ -214,7 +214,7 @@ static Status decode_golomb(std::span<const uint8_t> in, uint32_t n, uint32_t k,
       }
     }
     if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
-    if (!rd.get(tb.b > 0 ? tb.b - 1 : 0, &r)) return bad("golomb", "truncated remainder");
+    if (!rd.get(rb, &r)) return bad("golomb", "truncated remainder");
     if (tb.b > 0 && r >= tb.u) {
       uint64_t low;
       if (!rd.get(1, &low)) return bad("golomb", "truncated remainder");
