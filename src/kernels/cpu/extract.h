@@ -31,6 +31,19 @@ size_t extract_avx512(const uint8_t*, uint8_t*, uint32_t, uint32_t, uint32_t*, u
 size_t extract_tail(const uint8_t* cur, uint8_t* shadow, uint32_t from, uint32_t n, uint32_t s, uint32_t* pos,
                     uint8_t* old_vals, uint8_t* new_vals, size_t k);
 
+// The vector kernels read kExtractStepBytes of each array per step and ask for the lines
+// kPrefetchAhead bytes ahead of it: 2 KB measured best on one core (docs/codec.md), 1.45x over
+// leaving it to the hardware prefetchers.
+constexpr uint32_t kExtractStepBytes = 256;
+constexpr uint32_t kPrefetchAhead = 2048;
+
+// Asks for the lines of one step kPrefetchAhead bytes past `p` (a hint: addresses past the end of
+// the buffer are fine, they do not fault).
+[[gnu::always_inline]] static inline void prefetch_step(const uint8_t* p) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
+  for (uint32_t l = 0; l < kExtractStepBytes; l += 64) __builtin_prefetch(reinterpret_cast<const void*>(ahead + l), 0, 3);
+}
+
 // (static: each ISA-specific file compiles its own copy with its own target flags.)
 // Records the elements of one vector block whose bits differ, given a bitmask over the block's
 // elements (bit j = element base + j differs).

@@ -1,5 +1,5 @@
-// AVX-512 (BW) extraction: 256 bytes per step, per-element difference masks straight from the
-// compare instructions.
+// AVX-512 (BW) extraction: 256 bytes of each array per step, per-element difference masks straight
+// from the compare instructions; lines kPrefetchAhead bytes ahead are requested explicitly.
 #include <immintrin.h>
 
 #include "kernels/cpu/extract.h"
@@ -26,6 +26,8 @@ size_t extract_avx512(const uint8_t* cur, uint8_t* shadow, uint32_t n, uint32_t 
   for (; i + per_step <= n; i += per_step) {
     const uint8_t* c = cur + size_t(i) * s;
     const uint8_t* sh = shadow + size_t(i) * s;
+    prefetch_step(c);
+    prefetch_step(sh);
     __m512i c0 = _mm512_loadu_si512(c), s0 = _mm512_loadu_si512(sh);
     __m512i c1 = _mm512_loadu_si512(c + 64), s1 = _mm512_loadu_si512(sh + 64);
     __m512i c2 = _mm512_loadu_si512(c + 128), s2 = _mm512_loadu_si512(sh + 128);
