@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
@@ -160,6 +161,7 @@ class BitReader {
     return w >> (pos_ & 7);
   }
   void skip(int n) { pos_ += n; }
+  void seek(uint64_t bit) { pos_ = std::min(bit, total_); }
 
  private:
   std::span<const uint8_t> b_;

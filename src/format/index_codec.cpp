@@ -1,6 +1,7 @@
 #include "format/index_codec.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "format/bits.h"
@@ -177,52 +178,102 @@ static Status decode_bitmap(std::span<const uint8_t> in, uint32_t n, uint32_t k,
   return Status::Ok();
 }
 
+namespace {
+
+// What every Golomb symbol of one stream shares: the parameter and its truncated-binary split.
+struct GolombDec {
+  uint32_t n, m;
+  TruncBin tb;
+  int rb;              // bits of a short remainder (b - 1; 0 when m = 1)
+  uint64_t rmask;      // (1 << rb) - 1
+  uint64_t long_from;  // remainders from here take one more bit (none when m = 1)
+  uint64_t qlimit;     // no valid quotient exceeds n / m
+  GolombDec(uint32_t n_, uint32_t m_)
+      : n(n_), m(m_), tb(m_), rb(tb.b > 0 ? tb.b - 1 : 0), rmask((1ull << rb) - 1),
+        long_from(tb.b > 0 ? tb.u : ~0ull), qlimit(n_ / m_) {}
+};
+
+// The bulk of a stream, from bit *bit on: while 8 bytes can be loaded ahead, a 64-bit buffer refilled
+// before every symbol (without a branch: whole bytes are added to fill it to 56-63 bits) holds the
+// whole codeword almost always, and the remainder's short or long form is picked without a branch.
+// Stops at the first symbol it cannot take whole (a quotient of more than ~50 bits, the last bytes) or
+// after k symbols; *done and *bit say how far it got. Its checks are the slow path's, so both reject
+// the same streams.
+Status golomb_bulk(std::span<const uint8_t> in, const GolombDec& g, uint32_t k, uint32_t* pos, uint32_t* done,
+                   uint64_t* bit, uint64_t* next) {
+  const uint8_t* const begin = in.data();
+  const uint8_t* const end = begin + in.size();
+  const uint8_t* ptr = begin + (*bit >> 3);
+  uint64_t buf = 0, at = *next;
+  int have = 0;  // invariant: buf's low `have` bits are the stream's next bits, up to byte ptr
+  if (ptr + 8 > end || k == 0) {
+    *done = 0;
+    return Status::Ok();
+  }
+  memcpy(&buf, ptr, 8);  // the first load starts inside a byte: drop the bits already read
+  ptr += 7;
+  buf >>= (*bit & 7);
+  have = 56 - int(*bit & 7);
+  uint32_t i = 0;
+  for (; i < k && ptr + 8 <= end; ++i) {
+    uint64_t w;
+    memcpy(&w, ptr, 8);
+    buf |= w << have;
+    ptr += (63 - have) >> 3;
+    have |= 56;
+    if (buf == 0) break;
+    const int z = __builtin_ctzll(buf);
+    if (z + g.rb + 2 > have) break;
+    uint64_t r = (buf >> (z + 1)) & g.rmask;
+    const int lng = r >= g.long_from;
+    const uint64_t low = (buf >> (z + 1 + g.rb)) & 1;
+    r = lng ? ((r << 1) | low) - g.tb.u : r;
+    if (uint64_t(z) > g.qlimit) return bad("golomb", "truncated or oversized quotient");
+    const uint64_t p = at + uint64_t(z) * g.m + r;
+    if (p >= g.n) return bad("golomb", "position beyond chunk end");
+    pos[i] = uint32_t(p);
+    at = p + 1;
+    const int used = z + 1 + g.rb + lng;
+    buf >>= used;
+    have -= used;
+  }
+  *done = i;
+  *bit = uint64_t(ptr - begin) * 8 - uint64_t(have);
+  *next = at;
+  return Status::Ok();
+}
+
+}  // namespace
+
 static Status decode_golomb(std::span<const uint8_t> in, uint32_t n, uint32_t k, uint32_t* pos) {
   ByteReader br(in, "golomb index");
   uint64_t m64;
   SPARROW_RETURN_IF_ERROR(br.leb128(&m64, 32));
   if (m64 == 0 || m64 > 2147483648ull) return bad("golomb", "parameter out of range");
-  uint32_t m = uint32_t(m64);
-  TruncBin tb(m);
-  BitReader rd(in.subspan(br.pos()));
-  uint64_t qlimit = n / m;
+  const GolombDec g(n, uint32_t(m64));
+  const std::span<const uint8_t> bits = in.subspan(br.pos());
+  BitReader rd(bits);
   uint64_t next = 0;
-  const int rb = tb.b > 0 ? tb.b - 1 : 0;
-  const uint64_t rmask = (1ull << rb) - 1;
-  for (uint32_t i = 0; i < k; ++i) {
+  uint32_t i = 0;
+  while (i < k) {
+    uint32_t done = 0;
+    uint64_t at = rd.pos();
+    SPARROW_RETURN_IF_ERROR(golomb_bulk(bits, g, k - i, pos + i, &done, &at, &next));
+    rd.seek(at);
+    i += done;
+    // What the bulk could not take: one symbol of any length, then back to the bulk.
+    if (i == k) break;
     uint64_t q, r;
-    if (rd.fast_ok()) {
-      // One 64-bit load decodes the whole symbol when it fits in 57 bits (almost always).
-      uint64_t w = rd.peek_fast();
-      if (w != 0) {
-        int z = __builtin_ctzll(w);
-        if (z + rb + 2 <= 57) {
-          int used = z + 1 + rb;
-          r = (w >> (z + 1)) & rmask;
-          if (tb.b > 0 && r >= tb.u) {
-            r = ((r << 1) | ((w >> used) & 1)) - tb.u;
-            ++used;
-          }
-          if (uint64_t(z) > qlimit) return bad("golomb", "truncated or oversized quotient");
-          rd.skip(used);
-          uint64_t p = next + uint64_t(z) * m + r;
-          if (p >= n) return bad("golomb", "position beyond chunk end");
-          pos[i] = uint32_t(p);
-          next = p + 1;
-          continue;
-        }
-      }
-    }
-    if (!rd.unary(qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
-    if (!rd.get(rb, &r)) return bad("golomb", "truncated remainder");
-    if (tb.b > 0 && r >= tb.u) {
+    if (!rd.unary(g.qlimit, &q)) return bad("golomb", "truncated or oversized quotient");
+    if (!rd.get(g.rb, &r)) return bad("golomb", "truncated remainder");
+    if (r >= g.long_from) {
       uint64_t low;
       if (!rd.get(1, &low)) return bad("golomb", "truncated remainder");
-      r = ((r << 1) | low) - tb.u;
+      r = ((r << 1) | low) - g.tb.u;
     }
-    uint64_t p = next + q * m + r;
+    uint64_t p = next + q * g.m + r;
     if (p >= n) return bad("golomb", "position beyond chunk end");
-    pos[i] = uint32_t(p);
+    pos[i++] = uint32_t(p);
     next = p + 1;
   }
   if (rd.bits_left() >= 8) return bad("golomb", "trailing bytes");
