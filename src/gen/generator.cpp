@@ -1,8 +1,10 @@
 #include "gen/generator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/parallel.h"
 #include "format/checkpoint.h"
@@ -210,24 +212,64 @@ void fill_like_weights(void* buf, uint64_t n, uint8_t dtype, uint64_t seed, int 
   });
 }
 
+namespace {
+
+// A uniform value in [0, n) (n > 0; the modulo's bias is below 2^-20 for the n used here).
+uint64_t below(uint64_t& s, uint64_t n) { return splitmix64(s) % n; }
+
+// Exactly k of [0, n) positions, every k-subset equally likely, in O(k) rather than O(n): each position
+// is kept with probability k/n, drawn as geometric gaps; the few too many or too few then drop out or
+// come in uniformly (a uniform subset of a uniform k'-subset is a uniform k-subset, and so is one with
+// uniform others added). Unordered.
+std::vector<uint64_t> exact_positions(uint64_t n, uint64_t k, uint64_t& s) {
+  std::vector<uint64_t> v;
+  if (k == 0) return v;
+  if (k >= n) {
+    v.resize(n);
+    for (uint64_t i = 0; i < n; ++i) v[i] = i;
+    return v;
+  }
+  v.reserve(size_t(k + 8 * std::sqrt(double(k)) + 16));
+  const double log_q = std::log1p(-double(k) / double(n));
+  for (uint64_t at = 0;;) {
+    const double u = double((splitmix64(s) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
+    const double gap = std::floor(std::log(u) / log_q);
+    if (!(gap < double(n - at))) break;
+    at += uint64_t(gap);
+    v.push_back(at++);
+    if (at >= n) break;
+  }
+  if (v.size() > k) {  // drop a uniform subset of the surplus (a partial shuffle)
+    const size_t drop = v.size() - k;
+    for (size_t i = 0; i < drop; ++i) std::swap(v[i], v[i + below(s, v.size() - i)]);
+    v.erase(v.begin(), v.begin() + ptrdiff_t(drop));
+    return v;
+  }
+  std::vector<uint64_t> sorted = v;  // ascending already: the gaps only move forward
+  std::vector<uint64_t> added;
+  while (v.size() < k) {  // add uniform others (rejection: they are few)
+    const uint64_t p = below(s, n);
+    if (std::binary_search(sorted.begin(), sorted.end(), p) || std::find(added.begin(), added.end(), p) != added.end())
+      continue;
+    added.push_back(p);
+    v.push_back(p);
+  }
+  return v;
+}
+
+}  // namespace
+
 uint64_t mutate_exact(void* buf, uint64_t n, uint32_t es, double density, uint64_t seed) {
   if (n == 0) return 0;
-  double d = std::min(1.0, std::max(0.0, density));
-  uint64_t k = uint64_t(std::llround(d * double(n)));
+  const double d = std::min(1.0, std::max(0.0, density));
+  const uint64_t k = uint64_t(std::llround(d * double(n)));
   uint64_t s = seed ^ 0x5851F42D4C957F2DULL;
   uint8_t* p = static_cast<uint8_t*>(buf);
-  // Selection sampling (Knuth's algorithm S): each subset of size k equally likely.
-  uint64_t need = k;
-  for (uint64_t i = 0; i < n && need; ++i) {
-    uint64_t left = n - i;
-    if (splitmix64(s) % left < need) {
-      uint64_t x = splitmix64(s);
-      uint64_t mask = es == 8 ? ~0ull : ((1ull << (8 * es)) - 1);
-      uint64_t flip = x & mask;
-      if (flip == 0) flip = 1;
-      for (uint32_t j = 0; j < es; ++j) p[i * es + j] ^= uint8_t(flip >> (8 * j));
-      --need;
-    }
+  const uint64_t mask = es == 8 ? ~0ull : ((1ull << (8 * es)) - 1);
+  for (uint64_t i : exact_positions(n, k, s)) {
+    uint64_t flip = splitmix64(s) & mask;
+    if (flip == 0) flip = 1;
+    for (uint32_t j = 0; j < es; ++j) p[i * es + j] ^= uint8_t(flip >> (8 * j));
   }
   return k;
 }

@@ -128,6 +128,27 @@ TEST(MutateExact, ChangesExactlyTheRequestedCount) {
   }
 }
 
+// Every k-subset equally likely: each position is picked about equally often over many seeds, and so
+// is each pair of neighbours (a clustered or a too regular choice fails one of the two).
+TEST(MutateExact, ChoosesPositionsUniformly) {
+  const uint64_t n = 1000, k = 100, trials = 4000;
+  std::vector<uint64_t> hits(n, 0);
+  uint64_t adjacent = 0;
+  for (uint64_t t = 0; t < trials; ++t) {
+    std::vector<uint8_t> buf(n, 0);
+    ASSERT_EQ(mutate_exact(buf.data(), n, 1, double(k) / n, 100 + t), k);
+    for (uint64_t i = 0; i < n; ++i) {
+      hits[i] += buf[i] != 0;
+      adjacent += i + 1 < n && buf[i] != 0 && buf[i + 1] != 0;
+    }
+  }
+  const double want = double(trials) * k / n, sd = std::sqrt(want * (1 - double(k) / n));
+  for (uint64_t i = 0; i < n; ++i) ASSERT_NEAR(double(hits[i]), want, 6 * sd) << "position " << i;
+  // Neighbours both picked: (n - 1) k (k - 1) / (n (n - 1)) per trial for a uniform k-subset.
+  const double pairs = double(trials) * k * (k - 1) / n;
+  EXPECT_NEAR(double(adjacent), pairs, 6 * std::sqrt(pairs));
+}
+
 }  // namespace
 }  // namespace sparrow::gen
 
