@@ -75,71 +75,201 @@ double read_bandwidth_gbps(size_t bytes) {
   return best;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line.
+struct Opts {
   gen::GenOptions go;
-  go.layers = 1;
-  go.vocab = -1;
   int steps = 3;
   bool json = false;
   EncodeOptions eo;
-  eo.threads = 1;
   ApplyOptions ao;
+  double link_mbit = 0;
+  bool by_time = true;
+  Opts() {
+    go.layers = 1;
+    go.vocab = -1;
+    eo.threads = 1;
+  }
+};
+
+// Fills `o`; returns -1 to go on, or the exit status (help, bad arguments).
+int parse_opts(int argc, char** argv, Opts& o) {
   static option longopts[] = {{"model", 1, 0, 'm'},         {"layers", 1, 0, 'l'},        {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'},         {"lr", 1, 0, 'r'},            {"seed", 1, 0, 'S'},
                               {"chunk-elems", 1, 0, 'c'},   {"encode-threads", 1, 0, 'e'}, {"apply-threads", 1, 0, 'a'},
                               {"value-sample", 1, 0, 'V'},  {"json", 0, 0, 'j'},          {"help", 0, 0, 'h'},
                               {"link-mbit", 1, 0, 'L'},     {"choose-by", 1, 0, 'C'},     {0, 0, 0, 0}};
-  double link_mbit = 0;
-  bool by_time = true;
   int c;
   const char* P = "sparrow-codec-bench";
   opterr = 0;  // our own one-line messages
   while ((c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1) {
     switch (c) {
-      case 'm': go.model = optarg; break;
-      case 'l': go.layers = args::integer(P, "--layers", optarg, 1, 1000); break;
-      case 'v': go.vocab = args::integer(P, "--vocab", optarg, 0, 1 << 24); break;
-      case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
-      case 'r': go.lr = args::number(P, "--lr", optarg, 1e-12, 1); break;
-      case 'S': go.seed = uint64_t(args::integer(P, "--seed", optarg, 0, INT64_MAX)); break;
-      case 'c': eo.chunk_elems = uint32_t(args::integer(P, "--chunk-elems", optarg, 1024, 1 << 30)); break;
-      case 'e': eo.threads = int(args::integer(P, "--encode-threads", optarg, 1, 1024)); break;
-      case 'a': ao.threads = int(args::integer(P, "--apply-threads", optarg, 1, 1024)); break;
-      case 'V': eo.value_sample = size_t(args::integer(P, "--value-sample", optarg, 0, 1 << 30)); break;
-      case 'L': link_mbit = args::number(P, "--link-mbit", optarg, 1, 1e8); break;
-      case 'C': by_time = args::choice(P, "--choose-by", optarg, {"time", "bytes"}) == "time"; break;
-      case 'j': json = true; break;
+      case 'm': o.go.model = optarg; break;
+      case 'l': o.go.layers = args::integer(P, "--layers", optarg, 1, 1000); break;
+      case 'v': o.go.vocab = args::integer(P, "--vocab", optarg, 0, 1 << 24); break;
+      case 's': o.steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
+      case 'r': o.go.lr = args::number(P, "--lr", optarg, 1e-12, 1); break;
+      case 'S': o.go.seed = uint64_t(args::integer(P, "--seed", optarg, 0, INT64_MAX)); break;
+      case 'c': o.eo.chunk_elems = uint32_t(args::integer(P, "--chunk-elems", optarg, 1024, 1 << 30)); break;
+      case 'e': o.eo.threads = int(args::integer(P, "--encode-threads", optarg, 1, 1024)); break;
+      case 'a': o.ao.threads = int(args::integer(P, "--apply-threads", optarg, 1, 1024)); break;
+      case 'V': o.eo.value_sample = size_t(args::integer(P, "--value-sample", optarg, 0, 1 << 30)); break;
+      case 'L': o.link_mbit = args::number(P, "--link-mbit", optarg, 1, 1e8); break;
+      case 'C': o.by_time = args::choice(P, "--choose-by", optarg, {"time", "bytes"}) == "time"; break;
+      case 'j': o.json = true; break;
       case 'h': usage(stdout); return 0;
       default: args::unknown(P, argv[optind - 1]);
     }
   }
-  if (optind < argc || steps < 1 || go.layers < 0) {
+  if (optind < argc || o.steps < 1 || o.go.layers < 0) {
     usage(stderr);
     return 2;
   }
-  if (by_time) eo.link_Bps = link_mbit * 1e6 / 8;
-  if (go.vocab < 0) {
-    auto cfg = gen::load_model_config(go.model);
+  if (o.by_time) o.eo.link_Bps = o.link_mbit * 1e6 / 8;
+  if (o.go.vocab < 0) {
+    auto cfg = gen::load_model_config(o.go.model);
     if (!cfg.ok()) {
       fprintf(stderr, "sparrow-codec-bench: %s\n", cfg.status().to_string().c_str());
       return 2;
     }
-    go.vocab = std::max<int64_t>(1, cfg->vocab / 8);
+    o.go.vocab = std::max<int64_t>(1, cfg->vocab / 8);
   }
-  FILE* log = json ? stderr : stdout;
-  auto gr = gen::UpdateGenerator::create(go);
+  return -1;
+}
+
+// Totals over the measured steps.
+struct Sums {
+  double changes = 0, elems = 0, wire = 0, dense = 0, paper = 0, idx_bytes = 0, sparse_changes = 0, entropy = 0,
+         extract_s = 0, encode_wall = 0, apply_s = 0, verify_s = 0, decode_s = 0, write_s = 0, apply_changes = 0;
+  void add(const EncodeStats& es, const ApplyStats& as) {
+    changes += es.changes;
+    elems += es.elements;
+    wire += es.wire_bytes;
+    dense += es.dense_bytes;
+    paper += es.leb128_overwrite_bytes;
+    idx_bytes += es.sparse_index_bytes;
+    sparse_changes += es.sparse_changes;
+    entropy += es.index_entropy_bits;
+    extract_s += es.extract_seconds;
+    encode_wall += es.wall_seconds;
+    apply_s += as.wall_seconds;
+    verify_s += as.verify_seconds;
+    decode_s += as.decode_seconds;
+    write_s += as.write_seconds;
+    apply_changes += double(as.changes);
+  }
+};
+
+void print_header_row() {
+  printf("%4s %8s %11s %11s %8s %8s %8s %8s %9s %9s %9s\n", "step", "density", "dense_MB", "wire_MB", "ratio", "paper",
+         "idx_bit", "entropy", "extr_GB/s", "enc_GB/s", "apply_GB/s");
+}
+
+void print_step_row(int s, const EncodeStats& es, const ApplyStats& as) {
+  printf("%4d %7.3f%% %11.1f %11.3f %8.1f %8.1f %8.2f %8.2f %9.2f %9.2f %9.2f\n", s, 100 * es.density(),
+         es.dense_bytes / 1e6, es.wire_bytes / 1e6, double(es.dense_bytes) / es.wire_bytes,
+         double(es.dense_bytes) / es.leb128_overwrite_bytes, 8.0 * es.sparse_index_bytes / std::max<uint64_t>(1, es.sparse_changes),
+         es.index_entropy_bits / std::max<uint64_t>(1, es.sparse_changes), 2.0 * es.dense_bytes / es.extract_seconds / 1e9,
+         es.dense_bytes / es.wall_seconds / 1e9, es.wire_bytes / as.wall_seconds / 1e9);
+}
+
+// The means and rates the summary prints, from the totals.
+struct Summary {
+  double density, wire, dense, paper, idx_bits, ent_bits, extract_gbps, encode_gbps, apply_gbps, decode_ns, write_ns,
+      verify_gbps, link_s, step_at_link_s, read_bw;
+  int apply_threads;
+  bool exact;
+};
+constexpr double kLink10G = 10e9 / 8 / 1e9;  // GB/s a 10 Gbit/s link delivers
+
+Summary summarize(const Sums& t, const Opts& o, double read_bw, bool exact) {
+  Summary m;
+  m.density = t.changes / t.elems;
+  m.wire = t.wire / o.steps;
+  m.dense = t.dense / o.steps;
+  m.paper = t.paper / o.steps;
+  m.idx_bits = 8.0 * t.idx_bytes / std::max(1.0, t.sparse_changes);
+  m.ent_bits = t.entropy / std::max(1.0, t.sparse_changes);
+  m.extract_gbps = 2.0 * t.dense / t.extract_s / 1e9;  // bytes read: current + shadow
+  m.encode_gbps = t.dense / t.encode_wall / 1e9;
+  m.apply_gbps = t.wire / t.apply_s / 1e9;  // wire bytes consumed per second
+  // Per change, on the apply threads: decoding and staging, then writing (base verification excluded).
+  const double per_change = std::max(1.0, t.apply_changes);
+  m.decode_ns = 1e9 * t.decode_s / per_change;
+  m.write_ns = 1e9 * t.write_s / per_change;
+  // Base verification (SPARROW_VERIFY_BASE): the pass that checksums the receiver's buffers, in dense
+  // bytes per second (0 when it is off); its time is part of apply here (collectives overlap it).
+  m.verify_gbps = t.verify_s > 0 ? t.dense / t.verify_s / 1e9 : 0;
+  // At --link-mbit: a step's wire time plus the root's encode and a receiver's apply, not overlapped.
+  m.link_s = o.link_mbit > 0 ? m.wire * 8 / (o.link_mbit * 1e6) : 0;
+  m.step_at_link_s = m.link_s + (t.encode_wall + t.apply_s) / o.steps;
+  m.read_bw = read_bw;
+  m.apply_threads = o.ao.threads > 0 ? o.ao.threads : kernel_threads();
+  m.exact = exact;
+  return m;
+}
+
+void print_json(const Opts& o, const gen::UpdateGenerator& g, const Sums& t, const Summary& m) {
+  printf("{\"link_mbit\": %.0f, \"choose_by\": \"%s\", \"step_seconds_at_link\": %.4f, ", o.link_mbit,
+         o.by_time && o.link_mbit > 0 ? "time" : "bytes", o.link_mbit > 0 ? m.step_at_link_s : 0.0);
+  printf("\"model\": \"%s\", \"layers\": %lld, \"vocab\": %lld, \"elements\": %llu, \"steps\": %d, \"lr\": %g, "
+         "\"density\": %.6f, \"dense_bytes\": %.0f, \"wire_bytes\": %.0f, \"ratio\": %.2f, "
+         "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
+         "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, \"extract_isa\": \"%s\", "
+         "\"read_bandwidth_gbps\": %.3f, \"extract_vs_read_bandwidth\": %.3f, \"encode_gbps\": %.3f, "
+         "\"encode_threads\": %d, \"value_sample\": %zu, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
+         "\"apply_write_ns_per_change\": %.2f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
+         "\"verify_base\": %s, \"verify_gbps\": %.3f, \"verify_seconds_per_step\": %.4f, "
+         "\"bit_exact\": %s}\n",
+         g.config().name.c_str(), (long long)(o.go.layers ? o.go.layers : g.config().layers), (long long)o.go.vocab,
+         (unsigned long long)g.elements(), o.steps, o.go.lr, m.density, m.dense, m.wire, m.dense / m.wire, m.paper,
+         m.dense / m.paper, m.idx_bits, m.ent_bits, m.idx_bits / m.ent_bits, m.extract_gbps, kernels::cpu::isa_name(o.eo.isa),
+         m.read_bw, m.extract_gbps / m.read_bw, m.encode_gbps, o.eo.threads, o.eo.value_sample, m.apply_gbps, m.decode_ns,
+         m.write_ns, m.apply_gbps / kLink10G, m.apply_threads, o.ao.verify_base ? "true" : "false", m.verify_gbps,
+         t.verify_s / o.steps, m.exact ? "true" : "false");
+}
+
+void print_table(const Opts& o, const Sums& t, const Summary& m) {
+  printf("\nmean over %d steps: density %.3f%%, %.1f MB dense -> %.3f MB wire: ratio %.1fx (SparrowRL format %.1fx)\n",
+         o.steps, 100 * m.density, m.dense / 1e6, m.wire / 1e6, m.dense / m.wire, m.dense / m.paper);
+  printf("index: %.2f bits/change vs entropy bound %.2f (%.3fx)\n", m.idx_bits, m.ent_bits, m.idx_bits / m.ent_bits);
+  printf("extraction (%s path): %.2f GB/s read on %d core(s) vs single-core read bandwidth %.2f GB/s (%.2fx); "
+         "encode end to end %.2f GB/s dense\n",
+         kernels::cpu::isa_name(o.eo.isa), m.extract_gbps, o.eo.threads, m.read_bw, m.extract_gbps / m.read_bw, m.encode_gbps);
+  printf("apply: %.2f GB/s of wire bytes (%.2fx what a 10 Gbit/s link delivers) on %d thread(s); per change: "
+         "decode %.2f ns + write %.2f ns\n", m.apply_gbps, m.apply_gbps / kLink10G, m.apply_threads, m.decode_ns, m.write_ns);
+  if (o.ao.verify_base)
+    printf("base verification: %.2f GB/s of buffer, %.1f ms per step (included in apply; SPARROW_VERIFY_BASE=0 "
+           "turns it off)\n", m.verify_gbps, 1e3 * t.verify_s / o.steps);
+  else
+    printf("base verification: off (SPARROW_VERIFY_BASE=0)\n");
+  printf("value codecs, encode + decode per value (calibrated):");
+  for (int k = 0; k < format::kNumValueCodecs; ++k)
+    printf(" %s %.2f ns", format::value_codec_name(format::ValueCodec(k)), 1e9 * format::value_codec_cpu_s(format::ValueCodec(k), 2));
+  printf("\n");
+  if (o.link_mbit > 0)
+    printf("at %.0f Mbit/s (value codecs chosen by %s): wire %.1f ms + encode %.1f ms + apply %.1f ms = %.1f ms per step\n",
+           o.link_mbit, o.by_time ? "estimated time" : "bytes", 1e3 * m.link_s, 1e3 * t.encode_wall / o.steps,
+           1e3 * t.apply_s / o.steps, 1e3 * m.step_at_link_s);
+  printf("bit-exact: %s\n", m.exact ? "yes" : "NO");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Opts o;
+  if (int rc = parse_opts(argc, argv, o); rc >= 0) return rc;
+  FILE* log = o.json ? stderr : stdout;
+  auto gr = gen::UpdateGenerator::create(o.go);
   if (!gr.ok()) {
     fprintf(stderr, "sparrow-codec-bench: %s\n", gr.status().to_string().c_str());
     return 2;
   }
   auto& g = *gr.value();
   fprintf(log, "# model %s, %lld layers, vocab %lld: %zu tensors, %.1f M bf16 elements (%.2f GB dense)\n",
-          g.config().name.c_str(), (long long)(go.layers ? go.layers : g.config().layers), (long long)go.vocab,
+          g.config().name.c_str(), (long long)(o.go.layers ? o.go.layers : g.config().layers), (long long)o.go.vocab,
           g.tensors().size(), g.elements() / 1e6, g.bytes() / 1e9);
   fprintf(log, "# measuring single-core read bandwidth...\n");
-  double read_bw = read_bandwidth_gbps(size_t(512) << 20);
+  const double read_bw = read_bandwidth_gbps(size_t(512) << 20);
 
   DeltaEncoder enc(g.tensors());
   ReceiverState st;
@@ -148,117 +278,36 @@ int main(int argc, char** argv) {
   for (auto& t : g.tensors()) recv.emplace_back(t.bytes());
   for (auto& r : recv) dst.push_back(r.data());
   EncodeStats fs;
-  auto first = enc.encode(g.buffers(), eo, &fs);
-  if (!first.ok() || !apply_checkpoint(first.value(), dst, g.tensors(), st, ao).ok()) {
+  auto first = enc.encode(g.buffers(), o.eo, &fs);
+  if (!first.ok() || !apply_checkpoint(first.value(), dst, g.tensors(), st, o.ao).ok()) {
     fprintf(stderr, "sparrow-codec-bench: first version failed\n");
     return 1;
   }
   fprintf(log, "# version 1 (full snapshot): %.1f MB on the wire\n", fs.wire_bytes / 1e6);
-  if (!json)
-    printf("%4s %8s %11s %11s %8s %8s %8s %8s %9s %9s %9s\n", "step", "density", "dense_MB", "wire_MB", "ratio",
-           "paper", "idx_bit", "entropy", "extr_GB/s", "enc_GB/s", "apply_GB/s");
-  double sum_changes = 0, sum_elems = 0, sum_wire = 0, sum_dense = 0, sum_paper = 0, sum_idx_bytes = 0,
-         sum_sparse_changes = 0, sum_entropy = 0, sum_extract_s = 0, sum_encode_wall = 0, sum_apply_s = 0, sum_verify_s = 0,
-         sum_decode_s = 0, sum_write_s = 0, sum_apply_changes = 0;
-  for (int s = 1; s <= steps; ++s) {
+  if (!o.json) print_header_row();
+  Sums t;
+  for (int s = 1; s <= o.steps; ++s) {
     g.step();
     EncodeStats es;
-    auto ck = enc.encode(g.buffers(), eo, &es);
+    auto ck = enc.encode(g.buffers(), o.eo, &es);
     if (!ck.ok()) {
       fprintf(stderr, "sparrow-codec-bench: encode: %s\n", ck.status().to_string().c_str());
       return 1;
     }
     ApplyStats as;
-    Status a = apply_checkpoint(ck.value(), dst, g.tensors(), st, ao, &as);
+    Status a = apply_checkpoint(ck.value(), dst, g.tensors(), st, o.ao, &as);
     if (!a.ok()) {
       fprintf(stderr, "sparrow-codec-bench: apply: %s\n", a.to_string().c_str());
       return 1;
     }
-    sum_changes += es.changes;
-    sum_elems += es.elements;
-    sum_wire += es.wire_bytes;
-    sum_dense += es.dense_bytes;
-    sum_paper += es.leb128_overwrite_bytes;
-    sum_idx_bytes += es.sparse_index_bytes;
-    sum_sparse_changes += es.sparse_changes;
-    sum_entropy += es.index_entropy_bits;
-    sum_extract_s += es.extract_seconds;
-    sum_encode_wall += es.wall_seconds;
-    sum_apply_s += as.wall_seconds;
-    sum_verify_s += as.verify_seconds;
-    sum_decode_s += as.decode_seconds;
-    sum_write_s += as.write_seconds;
-    sum_apply_changes += double(as.changes);
-    if (!json)
-      printf("%4d %7.3f%% %11.1f %11.3f %8.1f %8.1f %8.2f %8.2f %9.2f %9.2f %9.2f\n", s, 100 * es.density(),
-             es.dense_bytes / 1e6, es.wire_bytes / 1e6, double(es.dense_bytes) / es.wire_bytes,
-             double(es.dense_bytes) / es.leb128_overwrite_bytes, 8.0 * es.sparse_index_bytes / std::max<uint64_t>(1, es.sparse_changes),
-             es.index_entropy_bits / std::max<uint64_t>(1, es.sparse_changes), 2.0 * es.dense_bytes / es.extract_seconds / 1e9,
-             es.dense_bytes / es.wall_seconds / 1e9, es.wire_bytes / as.wall_seconds / 1e9);
+    t.add(es, as);
+    if (!o.json) print_step_row(s, es, as);
   }
   bool exact = true;
   auto src = g.buffers();
-  for (size_t t = 0; t < recv.size(); ++t) exact &= memcmp(recv[t].data(), src[t], recv[t].size()) == 0;
-
-  const double density = sum_changes / sum_elems;
-  const double wire = sum_wire / steps, dense = sum_dense / steps, paper = sum_paper / steps;
-  const double idx_bits = 8.0 * sum_idx_bytes / std::max(1.0, sum_sparse_changes);
-  const double ent_bits = sum_entropy / std::max(1.0, sum_sparse_changes);
-  const double extract_gbps = 2.0 * sum_dense / sum_extract_s / 1e9;  // bytes read: current + shadow
-  const double encode_gbps = sum_dense / sum_encode_wall / 1e9;
-  const double apply_gbps = sum_wire / sum_apply_s / 1e9;              // wire bytes consumed per second
-  const double link_10g = 10e9 / 8 / 1e9;
-  // Per change, on the apply threads: decoding and staging, then writing (base verification excluded).
-  const double per_change = std::max(1.0, sum_apply_changes);
-  const double decode_ns = 1e9 * sum_decode_s / per_change, write_ns = 1e9 * sum_write_s / per_change;
-  // Base verification (SPARROW_VERIFY_BASE): the pass that checksums the receiver's buffers, in dense
-  // bytes per second (0 when it is off); its time is part of apply here (collectives overlap it).
-  const double verify_gbps = sum_verify_s > 0 ? sum_dense / sum_verify_s / 1e9 : 0;
-  // At --link-mbit: a step's wire time plus the root's encode and a receiver's apply, not overlapped.
-  const double link_s = link_mbit > 0 ? wire * 8 / (link_mbit * 1e6) : 0;
-  const double step_at_link_s = link_s + (sum_encode_wall + sum_apply_s) / steps;
-  if (json) {
-    printf("{\"link_mbit\": %.0f, \"choose_by\": \"%s\", \"step_seconds_at_link\": %.4f, ", link_mbit,
-           by_time && link_mbit > 0 ? "time" : "bytes", link_mbit > 0 ? step_at_link_s : 0.0);
-    printf("\"model\": \"%s\", \"layers\": %lld, \"vocab\": %lld, \"elements\": %llu, \"steps\": %d, \"lr\": %g, "
-           "\"density\": %.6f, \"dense_bytes\": %.0f, \"wire_bytes\": %.0f, \"ratio\": %.2f, "
-           "\"leb128_overwrite_bytes\": %.0f, \"paper_ratio\": %.2f, \"index_bits_per_change\": %.3f, "
-           "\"index_entropy_bits_per_change\": %.3f, \"index_vs_entropy\": %.4f, \"extract_gbps\": %.3f, \"extract_isa\": \"%s\", "
-           "\"read_bandwidth_gbps\": %.3f, \"extract_vs_read_bandwidth\": %.3f, \"encode_gbps\": %.3f, "
-           "\"encode_threads\": %d, \"value_sample\": %zu, \"apply_gbps\": %.3f, \"apply_decode_ns_per_change\": %.2f, "
-           "\"apply_write_ns_per_change\": %.2f, \"apply_vs_10gbit\": %.3f, \"apply_threads\": %d, "
-           "\"verify_base\": %s, \"verify_gbps\": %.3f, \"verify_seconds_per_step\": %.4f, "
-           "\"bit_exact\": %s}\n",
-           g.config().name.c_str(), (long long)(go.layers ? go.layers : g.config().layers), (long long)go.vocab,
-           (unsigned long long)g.elements(), steps, go.lr, density, dense, wire, dense / wire, paper, dense / paper,
-           idx_bits, ent_bits, idx_bits / ent_bits, extract_gbps, kernels::cpu::isa_name(eo.isa), read_bw, extract_gbps / read_bw, encode_gbps,
-           eo.threads, eo.value_sample, apply_gbps, decode_ns, write_ns, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
-           ao.verify_base ? "true" : "false", verify_gbps, sum_verify_s / steps, exact ? "true" : "false");
-  } else {
-    printf("\nmean over %d steps: density %.3f%%, %.1f MB dense -> %.3f MB wire: ratio %.1fx (SparrowRL format %.1fx)\n",
-           steps, 100 * density, dense / 1e6, wire / 1e6, dense / wire, dense / paper);
-    printf("index: %.2f bits/change vs entropy bound %.2f (%.3fx)\n", idx_bits, ent_bits, idx_bits / ent_bits);
-    printf("extraction (%s path): %.2f GB/s read on %d core(s) vs single-core read bandwidth %.2f GB/s (%.2fx); "
-           "encode end to end %.2f GB/s dense\n",
-           kernels::cpu::isa_name(eo.isa), extract_gbps, eo.threads, read_bw, extract_gbps / read_bw, encode_gbps);
-    printf("apply: %.2f GB/s of wire bytes (%.2fx what a 10 Gbit/s link delivers) on %d thread(s); per change: "
-           "decode %.2f ns + write %.2f ns\n", apply_gbps, apply_gbps / link_10g, ao.threads > 0 ? ao.threads : kernel_threads(),
-           decode_ns, write_ns);
-    if (ao.verify_base)
-      printf("base verification: %.2f GB/s of buffer, %.1f ms per step (included in apply; SPARROW_VERIFY_BASE=0 "
-             "turns it off)\n", verify_gbps, 1e3 * sum_verify_s / steps);
-    else
-      printf("base verification: off (SPARROW_VERIFY_BASE=0)\n");
-    printf("value codecs, encode + decode per value (calibrated):");
-    for (int k = 0; k < format::kNumValueCodecs; ++k)
-      printf(" %s %.2f ns", format::value_codec_name(format::ValueCodec(k)),
-             1e9 * format::value_codec_cpu_s(format::ValueCodec(k), 2));
-    printf("\n");
-    if (link_mbit > 0)
-      printf("at %.0f Mbit/s (value codecs chosen by %s): wire %.1f ms + encode %.1f ms + apply %.1f ms = %.1f ms per step\n",
-             link_mbit, by_time ? "estimated time" : "bytes", 1e3 * link_s, 1e3 * sum_encode_wall / steps,
-             1e3 * sum_apply_s / steps, 1e3 * step_at_link_s);
-    printf("bit-exact: %s\n", exact ? "yes" : "NO");
-  }
+  for (size_t i = 0; i < recv.size(); ++i) exact &= memcmp(recv[i].data(), src[i], recv[i].size()) == 0;
+  const Summary m = summarize(t, o, read_bw, exact);
+  if (o.json) print_json(o, g, t, m);
+  else print_table(o, t, m);
   return exact ? 0 : 1;
 }

@@ -198,33 +198,36 @@ void waitpid_bounded(pid_t pid, int* status, int seconds) {
   *status = -1;
 }
 
-RunResult run_once(const Options& o, const Plan& plan) {
-  RunResult r;
-  int out[2], hold[2];
-  if (pipe(out) != 0 || pipe(hold) != 0) return r;
-  std::vector<pid_t> pids;
+// The processes of one run, and the pipes that hand them the unique id.
+struct Procs {
+  std::vector<pid_t> pids;  // by rank
   std::vector<int> id_fds;
-  int go[2] = {-1, -1};
-  pid_t joiner = -1;
-  if (plan.rejoin) {  // forked first too, idle until the victim is gone
+  pid_t joiner = -1;        // the replacement (Plan::rejoin)
+  int go[2] = {-1, -1};     // tells the replacement that the victim is gone
+};
+
+// Forks the replacement (first, idle until the victim is gone) and the ranks, before this process has
+// any thread. out: the root's records; hold: keeps the root's communicator open until the end.
+bool fork_ranks(const Options& o, const Plan& plan, int out[2], int hold[2], Procs& p) {
+  if (plan.rejoin) {
     int idp[2];
-    if (pipe(idp) != 0 || pipe(go) != 0) return r;
-    joiner = fork();
-    if (joiner == 0) {
+    if (pipe(idp) != 0 || pipe(p.go) != 0) return false;
+    p.joiner = fork();
+    if (p.joiner == 0) {
       alarm(unsigned(60 + o.steps * 2 + o.lease_ms / 100));
       close(out[0]);
       close(out[1]);
       close(hold[0]);
       close(hold[1]);
-      _exit(joiner_rank(idp[0], go[0], o, plan.victim));
+      _exit(joiner_rank(idp[0], p.go[0], o, plan.victim));
     }
     close(idp[0]);
-    close(go[0]);
-    id_fds.push_back(idp[1]);
+    close(p.go[0]);
+    p.id_fds.push_back(idp[1]);
   }
-  for (int rank = 0; rank < o.ranks; ++rank) {  // forked before this process has any thread
+  for (int rank = 0; rank < o.ranks; ++rank) {
     int idp[2];
-    if (pipe(idp) != 0) return r;
+    if (pipe(idp) != 0) return false;
     pid_t pid = fork();
     if (pid == 0) {
       alarm(unsigned(60 + o.steps * 2 + o.lease_ms / 100));  // a hang ends as SIGALRM
@@ -237,57 +240,83 @@ RunResult run_once(const Options& o, const Plan& plan) {
       _exit(rank == 0 ? root_rank(idp[0], o, out[1], hold[0]) : receiver_rank(idp[0], o, rank));
     }
     close(idp[0]);
-    pids.push_back(pid);
-    id_fds.push_back(idp[1]);
+    p.pids.push_back(pid);
+    p.id_fds.push_back(idp[1]);
   }
-  close(out[1]);
-  close(hold[0]);
+  return true;
+}
+
+bool hand_out_id(const std::vector<int>& fds) {
   sparrowUniqueId id;
-  if (sparrowGetUniqueId(&id) != sparrowSuccess) return r;
-  for (int fd : id_fds) {
-    if (write(fd, &id, sizeof id) != ssize_t(sizeof id)) return r;
+  if (sparrowGetUniqueId(&id) != sparrowSuccess) return false;
+  for (int fd : fds) {
+    if (write(fd, &id, sizeof id) != ssize_t(sizeof id)) return false;
     close(fd);
   }
-  std::vector<int64_t> start(size_t(o.steps), -1);
-  r.step_s.assign(size_t(o.steps), -1);
-  const int wait_ms = 1000 * (30 + o.lease_ms / 500);
-  int64_t hit_at = -1;
-  if (read_until(out[0], plan.step, start, r.step_s, wait_ms)) {
-    const int64_t at = start[size_t(plan.step)] + int64_t(plan.delay_us) * 1000;
-    while (now_ns() < at) poll(nullptr, 0, 1);  // the injection's moment
-    hit_at = now_ns();
-    kill(pids[size_t(plan.victim)], plan.fault == Fault::kKill ? SIGKILL : SIGSTOP);
-    if (plan.rejoin) {
-      int st = 0;
-      waitpid(pids[size_t(plan.victim)], &st, 0);  // killed: gone at once
-      r.exit.assign(size_t(o.ranks), 0);
-      r.exit[size_t(plan.victim)] = exit_code(st);
-      (void)!write(go[1], "x", 1);
-    }
+  return true;
+}
+
+// Once the plan's step has started, waits its delay and injects the fault (and lets the replacement
+// go once a killed victim is gone); returns the moment (ns), or -1 when the step never started.
+int64_t inject(const Options& o, const Plan& plan, int out_fd, Procs& p, std::vector<int64_t>& start, RunResult& r,
+               int wait_ms) {
+  if (!read_until(out_fd, plan.step, start, r.step_s, wait_ms)) return -1;
+  const int64_t at = start[size_t(plan.step)] + int64_t(plan.delay_us) * 1000;
+  while (now_ns() < at) poll(nullptr, 0, 1);  // the injection's moment
+  const int64_t hit_at = now_ns();
+  kill(p.pids[size_t(plan.victim)], plan.fault == Fault::kKill ? SIGKILL : SIGSTOP);
+  if (plan.rejoin) {
+    int st = 0;
+    waitpid(p.pids[size_t(plan.victim)], &st, 0);  // killed: gone at once
+    r.exit.assign(size_t(o.ranks), 0);
+    r.exit[size_t(plan.victim)] = exit_code(st);
+    (void)!write(p.go[1], "x", 1);
   }
-  if (plan.rejoin) close(go[1]);
-  read_until(out[0], -1, start, r.step_s, wait_ms);  // to the root's last record
+  return hit_at;
+}
+
+// Waits for every process (a stopped victim first, continued, while the root still runs; then the
+// rest, once the root may end) and records exits and hangs.
+void reap(const Options& o, const Plan& plan, const Procs& p, int hold_fd, RunResult& r) {
   const int victim_exit = r.exit.empty() ? 0 : r.exit[size_t(plan.victim)];
   r.exit.assign(size_t(o.ranks), 0);
   r.exit[size_t(plan.victim)] = victim_exit;
-  if (plan.fault == Fault::kStop) kill(pids[size_t(plan.victim)], SIGCONT);
+  if (plan.fault == Fault::kStop) kill(p.pids[size_t(plan.victim)], SIGCONT);
   int st = 0;
   if (plan.fault == Fault::kStop) {  // it learns it was dropped while the root still runs
-    waitpid_bounded(pids[size_t(plan.victim)], &st, 60);
+    waitpid_bounded(p.pids[size_t(plan.victim)], &st, 60);
     r.exit[size_t(plan.victim)] = st == -1 ? -1 : exit_code(st);
   }
-  (void)!write(hold[1], "x", 1);
+  (void)!write(hold_fd, "x", 1);
   for (int rank = 0; rank < o.ranks; ++rank) {
     if ((plan.fault == Fault::kStop || plan.rejoin) && rank == plan.victim) continue;
-    waitpid_bounded(pids[size_t(rank)], &st, 60);
+    waitpid_bounded(p.pids[size_t(rank)], &st, 60);
     r.exit[size_t(rank)] = st == -1 ? -1 : exit_code(st);
   }
-  if (joiner > 0) {
-    waitpid_bounded(joiner, &st, 60);
+  if (p.joiner > 0) {
+    waitpid_bounded(p.joiner, &st, 60);
     r.joiner = st == -1 ? -1 : exit_code(st);
     r.hang = r.hang || r.joiner == -1 || r.joiner == -SIGALRM;
   }
   for (int e : r.exit) r.hang = r.hang || e == -1 || e == -SIGALRM;
+}
+
+RunResult run_once(const Options& o, const Plan& plan) {
+  RunResult r;
+  int out[2], hold[2];
+  if (pipe(out) != 0 || pipe(hold) != 0) return r;
+  Procs p;
+  if (!fork_ranks(o, plan, out, hold, p)) return r;
+  close(out[1]);
+  close(hold[0]);
+  if (!hand_out_id(p.id_fds)) return r;
+  std::vector<int64_t> start(size_t(o.steps), -1);
+  r.step_s.assign(size_t(o.steps), -1);
+  const int wait_ms = 1000 * (30 + o.lease_ms / 500);
+  const int64_t hit_at = inject(o, plan, out[0], p, start, r, wait_ms);
+  if (plan.rejoin) close(p.go[1]);
+  read_until(out[0], -1, start, r.step_s, wait_ms);  // to the root's last record
+  reap(o, plan, p, hold[1], r);
   // The step the fault landed in, or the next one when that is the slower (a rank stopped after it
   // acknowledged costs the next step its lease).
   if (hit_at >= 0) r.affected = step_at(start, r.step_s, hit_at);

@@ -81,6 +81,39 @@ bool parse_uint(const char* s, uint64_t lo, uint64_t hi, uint64_t* out) {
   return true;
 }
 
+// The command, its files and the options it needs, once parsed: kOk, or kUsage after a one-line reason.
+int check_command(Args* a) {
+  const std::map<std::string, std::pair<size_t, size_t>> arity = {
+      {"diff", {2, 2}}, {"apply", {2, 1u << 20}}, {"inspect", {1, 1}}, {"verify", {1, 1}}};
+  auto it = arity.find(a->cmd);
+  if (it == arity.end()) {
+    fprintf(stderr, "sparrow-ckpt: unknown command '%s' (diff, apply, inspect, verify; see --help)\n", a->cmd.c_str());
+    return kUsage;
+  }
+  if (a->files.size() < it->second.first || a->files.size() > it->second.second) {
+    fprintf(stderr, "sparrow-ckpt %s: wrong number of files (see --help)\n", a->cmd.c_str());
+    return kUsage;
+  }
+  if ((a->cmd == "diff" || a->cmd == "apply") && a->out.empty()) {
+    fprintf(stderr, "sparrow-ckpt %s: -o OUTPUT is required\n", a->cmd.c_str());
+    return kUsage;
+  }
+  if (!a->raw.empty()) {
+    bool known = false;
+    for (uint8_t d = 0; d <= 9 && !known; ++d)
+      if (a->raw == format::dtype_name(d)) {
+        known = true;
+        a->raw_dtype = d;
+      }
+    if (!known) {
+      fprintf(stderr, "sparrow-ckpt: --raw '%s': expected a sparrow dtype (int8, uint8, int32, uint32, int64, uint64, "
+                      "float16, float32, float64, bfloat16)\n", a->raw.c_str());
+      return kUsage;
+    }
+  }
+  return kOk;
+}
+
 // Parses argv; returns kOk, or kUsage after printing a one-line reason.
 int parse_args(int argc, char** argv, Args* a) {
   if (argc < 2) {
@@ -140,35 +173,7 @@ int parse_args(int argc, char** argv, Args* a) {
     }
   }
   for (int i = optind; i < argc; ++i) a->files.push_back(argv[i]);
-  const std::map<std::string, std::pair<size_t, size_t>> arity = {
-      {"diff", {2, 2}}, {"apply", {2, 1u << 20}}, {"inspect", {1, 1}}, {"verify", {1, 1}}};
-  auto it = arity.find(a->cmd);
-  if (it == arity.end()) {
-    fprintf(stderr, "sparrow-ckpt: unknown command '%s' (diff, apply, inspect, verify; see --help)\n", a->cmd.c_str());
-    return kUsage;
-  }
-  if (a->files.size() < it->second.first || a->files.size() > it->second.second) {
-    fprintf(stderr, "sparrow-ckpt %s: wrong number of files (see --help)\n", a->cmd.c_str());
-    return kUsage;
-  }
-  if ((a->cmd == "diff" || a->cmd == "apply") && a->out.empty()) {
-    fprintf(stderr, "sparrow-ckpt %s: -o OUTPUT is required\n", a->cmd.c_str());
-    return kUsage;
-  }
-  if (!a->raw.empty()) {
-    bool known = false;
-    for (uint8_t d = 0; d <= 9 && !known; ++d)
-      if (a->raw == format::dtype_name(d)) {
-        known = true;
-        a->raw_dtype = d;
-      }
-    if (!known) {
-      fprintf(stderr, "sparrow-ckpt: --raw '%s': expected a sparrow dtype (int8, uint8, int32, uint32, int64, uint64, "
-                      "float16, float32, float64, bfloat16)\n", a->raw.c_str());
-      return kUsage;
-    }
-  }
-  return kOk;
+  return check_command(a);
 }
 
 void progress(const Args& a, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

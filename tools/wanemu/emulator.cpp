@@ -148,6 +148,58 @@ bool can_emulate(std::string* why) {
   return true;
 }
 
+namespace {
+
+// Host i's network namespace (owned by a holder process), its TUN device (the router keeps the fd)
+// with the host's address in region ri, and the host's TCP settings.
+Status open_host(const Scenario& s, int i, int ri, HostRuntime& h) {
+  // A holder process owns the namespace; it dies with us, and the namespace with it.
+  int pfd[2];
+  if (pipe(pfd) != 0) return SystemError("pipe", errno);
+  pid_t holder = fork();
+  if (holder == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (unshare(CLONE_NEWNET) != 0) _exit(1);
+    char ok = 1;
+    (void)!write(pfd[1], &ok, 1);
+    while (true) pause();
+  }
+  close(pfd[1]);
+  char ok = 0;
+  bool up = read(pfd[0], &ok, 1) == 1;
+  close(pfd[0]);
+  h.holder = holder;
+  if (!up) return Error(Code::kSystemError, "wanemu: could not create a network namespace");
+  h.nsfd = open(("/proc/" + std::to_string(holder) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
+  h.addr = "10.77." + std::to_string(ri + 1) + "." + std::to_string(i + 1);  // private, inside our namespaces only
+  h.ifname = "swe" + std::to_string(getpid() % 100000) + "h" + std::to_string(i);
+  // The TUN device is created here (the router keeps its fd) and moved into the namespace.
+  h.tunfd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  ifreq ifr{};
+  ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+  strncpy(ifr.ifr_name, h.ifname.c_str(), IFNAMSIZ - 1);
+  if (h.tunfd < 0 || ioctl(h.tunfd, TUNSETIFF, &ifr) != 0) return SystemError("wanemu: TUNSETIFF " + h.ifname, errno);
+  fcntl(h.tunfd, F_SETFL, fcntl(h.tunfd, F_GETFL) | O_NONBLOCK);
+  SPARROW_RETURN_IF_ERROR(sh({"ip", "link", "set", "dev", h.ifname, "netns", std::to_string(holder)}));
+  SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "link", "set", "lo", "up"}));
+  SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "addr", "add", h.addr + "/16", "dev", h.ifname}));
+  // The TUN ring (txqueuelen packets) is what the kernel fills while the router is off the CPU; at
+  // the default 500 a few milliseconds' delay at 1 Gbit/s overflowed it and dropped packets the
+  // scenario never lost (8% of a root's packets, seen on the 2-core VMs). 20,000 holds ~240 ms.
+  SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "link", "set", h.ifname, "mtu", std::to_string(s.mtu), "txqueuelen",
+                                         std::to_string(kTunQueuePackets), "up"}));
+  (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"});
+  // Hosts on a WAN tune their TCP buffers for the bandwidth-delay product: let autotuning reach 32 MiB.
+  (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 33554432"});
+  (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 16384 33554432"});
+  // ... and keep their congestion window across idle periods between training steps (the kernel
+  // default drops it back to 10 segments after one RTO of idleness, costing round trips per step).
+  (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"});
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Emulator>> Emulator::start(const Scenario& s) {
   std::string why;
   if (!can_emulate(&why)) return Error(Code::kInvalidUsage, "wanemu needs root and /dev/net/tun (" + why + ")");
@@ -161,49 +213,8 @@ Result<std::unique_ptr<Emulator>> Emulator::start(const Scenario& s) {
   e->rt_.resize(n);
   for (int i = 0; i < n; ++i) {
     auto& h = e->rt_[i];
-    // A holder process owns the namespace; it dies with us, and the namespace with it.
-    int pfd[2];
-    if (pipe(pfd) != 0) return SystemError("pipe", errno);
-    pid_t holder = fork();
-    if (holder == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (unshare(CLONE_NEWNET) != 0) _exit(1);
-      char ok = 1;
-      (void)!write(pfd[1], &ok, 1);
-      while (true) pause();
-    }
-    close(pfd[1]);
-    char ok = 0;
-    bool up = read(pfd[0], &ok, 1) == 1;
-    close(pfd[0]);
-    h.holder = holder;
-    if (!up) return Error(Code::kSystemError, "wanemu: could not create a network namespace");
-    h.nsfd = open(("/proc/" + std::to_string(holder) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
-    int ri = int(std::find(regions.begin(), regions.end(), s.hosts[i].region) - regions.begin());
-    h.addr = "10.77." + std::to_string(ri + 1) + "." + std::to_string(i + 1);  // private, inside our namespaces only
-    h.ifname = "swe" + std::to_string(getpid() % 100000) + "h" + std::to_string(i);
-    // The TUN device is created here (the router keeps its fd) and moved into the namespace.
-    h.tunfd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
-    ifreq ifr{};
-    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
-    strncpy(ifr.ifr_name, h.ifname.c_str(), IFNAMSIZ - 1);
-    if (h.tunfd < 0 || ioctl(h.tunfd, TUNSETIFF, &ifr) != 0) return SystemError("wanemu: TUNSETIFF " + h.ifname, errno);
-    fcntl(h.tunfd, F_SETFL, fcntl(h.tunfd, F_GETFL) | O_NONBLOCK);
-    SPARROW_RETURN_IF_ERROR(sh({"ip", "link", "set", "dev", h.ifname, "netns", std::to_string(holder)}));
-    SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "link", "set", "lo", "up"}));
-    SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "addr", "add", h.addr + "/16", "dev", h.ifname}));
-    // The TUN ring (txqueuelen packets) is what the kernel fills while the router is off the CPU; at
-    // the default 500 a few milliseconds' delay at 1 Gbit/s overflowed it and dropped packets the
-    // scenario never lost (8% of a root's packets, seen on the 2-core VMs). 20,000 holds ~240 ms.
-    SPARROW_RETURN_IF_ERROR(in_ns(holder, {"ip", "link", "set", h.ifname, "mtu", std::to_string(s.mtu), "txqueuelen",
-                                           std::to_string(kTunQueuePackets), "up"}));
-    (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"});
-    // Hosts on a WAN tune their TCP buffers for the bandwidth-delay product: let autotuning reach 32 MiB.
-    (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 33554432"});
-    (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_wmem=4096 16384 33554432"});
-    // ... and keep their congestion window across idle periods between training steps (the kernel
-    // default drops it back to 10 segments after one RTO of idleness, costing round trips per step).
-    (void)in_ns(holder, {"sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"});
+    const int ri = int(std::find(regions.begin(), regions.end(), s.hosts[i].region) - regions.begin());
+    SPARROW_RETURN_IF_ERROR(open_host(s, i, ri, h));
     uint32_t a = (10u << 24) | (77u << 16) | (uint32_t(ri + 1) << 8) | uint32_t(i + 1);
     im.by_addr[a] = i;
     Access up_l, down_l;
@@ -232,6 +243,40 @@ Result<std::unique_ptr<Emulator>> Emulator::start(const Scenario& s) {
   return e;
 }
 
+namespace {
+
+// Queues `bytes` entering link l at t: false (a tail drop) when its backlog exceeds the queue; else
+// *done is when the last bit leaves.
+bool enqueue_link(Access& l, int64_t t, size_t bytes, int64_t* done) {
+  if (l.bps <= 0) {
+    *done = t;
+    return true;
+  }
+  int64_t start = std::max(t, l.busy);
+  double backlog_s = double(start - t) / 1e9;
+  if (backlog_s * 1e3 > l.queue_ms) return false;
+  l.busy = start + int64_t(double(bytes) * 8e9 / l.bps);
+  *done = l.busy;
+  return true;
+}
+
+// Whether the path loses a packet entering it now (Bernoulli loss and the Gilbert-Elliott state).
+bool path_loses(Path& path, std::mt19937_64& rng) {
+  if (!path.link) return false;
+  std::uniform_real_distribution<double> U(0, 1);
+  const Link& l = *path.link;
+  bool lost = false;
+  if (l.ge_p > 0 || l.ge_r > 0) {
+    if (path.ge_bad) path.ge_bad = U(rng) >= l.ge_r;
+    else path.ge_bad = U(rng) < l.ge_p;
+    if (path.ge_bad && U(rng) < l.ge_loss) lost = true;
+  }
+  if (l.loss > 0 && U(rng) < l.loss) lost = true;
+  return lost;
+}
+
+}  // namespace
+
 void Emulator::route() {
   // The router is the network: ranks that keep every core busy must not hold it off the CPU (the
   // TUN rings would fill and drop, or packets would wait past their delay). It sleeps in epoll
@@ -240,32 +285,11 @@ void Emulator::route() {
   sched_param sp{};
   sp.sched_priority = 10;
   realtime_ = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
-  auto& im = *impl_;
   const int n = int(rt_.size());
   std::vector<uint8_t> buf(65536);
-  std::uniform_real_distribution<double> U(0, 1);
-  auto enqueue_link = [&](Access& l, int64_t t, size_t bytes, int64_t* done) -> bool {
-    if (l.bps <= 0) {
-      *done = t;
-      return true;
-    }
-    int64_t start = std::max(t, l.busy);
-    double backlog_s = double(start - t) / 1e9;
-    if (backlog_s * 1e3 > l.queue_ms) return false;  // tail drop
-    l.busy = start + int64_t(double(bytes) * 8e9 / l.bps);
-    *done = l.busy;
-    return true;
-  };
   epoll_event evs[64];
   while (!stop_) {
-    // Arm the timer for the next event (nanosecond precision through timerfd).
-    if (!im.q.empty()) {
-      itimerspec it{};
-      int64_t t = std::max<int64_t>(im.q.top().t, 1);
-      it.it_value.tv_sec = t / 1000000000;
-      it.it_value.tv_nsec = t % 1000000000;
-      timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &it, nullptr);
-    }
+    arm_timer();
     int k = epoll_wait(ep_, evs, 64, 100);
     for (int x = 0; x < k; ++x) {
       uint32_t src = evs[x].data.u32;
@@ -274,72 +298,83 @@ void Emulator::route() {
         (void)!read(timer_fd_, &v, sizeof v);
         continue;
       }
-      while (true) {
-        ssize_t r = read(rt_[src].tunfd, buf.data(), buf.size());
-        if (r <= 0) break;
-        if (r < 20 || (buf[0] >> 4) != 4) continue;  // IPv4 only
-        uint32_t dst_ip = uint32_t(buf[16]) << 24 | uint32_t(buf[17]) << 16 | uint32_t(buf[18]) << 8 | buf[19];
-        auto it = im.by_addr.find(dst_ip);
-        if (it == im.by_addr.end()) continue;  // nowhere to go: nothing leaves the emulator
-        int dst = it->second;
-        int64_t t = now_ns();
-        Path& path = im.paths[src][dst];
-        std::lock_guard<std::mutex> lk(im.mu);
-        im.ctr[src].packets++;
-        im.ctr[src].bytes += size_t(r);
-        // Loss on the path (decided when the packet enters it).
-        bool lost = false;
-        if (path.link) {
-          const Link& l = *path.link;
-          if (l.ge_p > 0 || l.ge_r > 0) {
-            if (path.ge_bad) path.ge_bad = U(im.rng) >= l.ge_r;
-            else path.ge_bad = U(im.rng) < l.ge_p;
-            if (path.ge_bad && U(im.rng) < l.ge_loss) lost = true;
-          }
-          if (l.loss > 0 && U(im.rng) < l.loss) lost = true;
-        }
-        if (lost) {
-          im.ctr[src].loss_drops++;
-          continue;
-        }
-        int64_t held_until = 0;
-        if (cut_path(im.cuts, int(src), dst, t, &held_until)) {
-          im.ctr[src].fault_drops++;
-          continue;
-        }
-        int64_t departed;
-        if (!enqueue_link(im.up[src], t, size_t(r), &departed)) {
-          im.ctr[src].queue_drops++;
-          continue;
-        }
-        double delay_ms = path.link ? path.link->delay_ms : (s_.hosts[src].region == s_.hosts[dst].region ? s_.default_delay_ms : 0);
-        double jitter_ms = path.link ? path.link->jitter_ms : 0;
-        int64_t arrive = departed + int64_t(delay_ms * 1e6 + (jitter_ms > 0 ? U(im.rng) * jitter_ms * 1e6 : 0));
-        arrive = std::max({arrive, held_until, path.last_arrival});  // jitter never reorders a path
-        path.last_arrival = arrive;
-        auto p = std::make_shared<Packet>();
-        p->data.assign(buf.begin(), buf.begin() + r);
-        p->src = int(src);
-        p->dst = dst;
-        im.q.push(Event{arrive, im.order++, 0, p});
-      }
+      for (ssize_t r; (r = read(rt_[src].tunfd, buf.data(), buf.size())) > 0;) admit(int(src), buf.data(), size_t(r));
     }
-    // Due events.
-    int64_t t = now_ns();
-    while (!im.q.empty() && im.q.top().t <= t) {
-      Event e = im.q.top();
-      im.q.pop();
-      if (e.kind == 0) {
-        int64_t done;
-        std::lock_guard<std::mutex> lk(im.mu);
-        if (!enqueue_link(im.down[e.p->dst], e.t, e.p->data.size(), &done)) {
-          im.ctr[e.p->dst].queue_drops++;
-          continue;
-        }
-        im.q.push(Event{done, im.order++, 1, e.p});
-      } else {
-        (void)!write(rt_[e.p->dst].tunfd, e.p->data.data(), e.p->data.size());
+    deliver_due();
+  }
+}
+
+// Arms the timer for the next event (nanosecond precision through timerfd).
+void Emulator::arm_timer() {
+  auto& im = *impl_;
+  if (im.q.empty()) return;
+  itimerspec it{};
+  int64_t t = std::max<int64_t>(im.q.top().t, 1);
+  it.it_value.tv_sec = t / 1000000000;
+  it.it_value.tv_nsec = t % 1000000000;
+  timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &it, nullptr);
+}
+
+// A packet host src sent: lost on its path, dropped or held by a fault, dropped at its uplink's
+// queue, or scheduled to reach the destination's downlink after the path's delay.
+void Emulator::admit(int src, const uint8_t* pkt, size_t len) {
+  auto& im = *impl_;
+  if (len < 20 || (pkt[0] >> 4) != 4) return;  // IPv4 only
+  uint32_t dst_ip = uint32_t(pkt[16]) << 24 | uint32_t(pkt[17]) << 16 | uint32_t(pkt[18]) << 8 | pkt[19];
+  auto it = im.by_addr.find(dst_ip);
+  if (it == im.by_addr.end()) return;  // nowhere to go: nothing leaves the emulator
+  const int dst = it->second;
+  const int64_t t = now_ns();
+  Path& path = im.paths[size_t(src)][size_t(dst)];
+  std::lock_guard<std::mutex> lk(im.mu);
+  im.ctr[size_t(src)].packets++;
+  im.ctr[size_t(src)].bytes += len;
+  if (path_loses(path, im.rng)) {  // decided when the packet enters the path
+    im.ctr[size_t(src)].loss_drops++;
+    return;
+  }
+  int64_t held_until = 0;
+  if (cut_path(im.cuts, src, dst, t, &held_until)) {
+    im.ctr[size_t(src)].fault_drops++;
+    return;
+  }
+  int64_t departed;
+  if (!enqueue_link(im.up[size_t(src)], t, len, &departed)) {
+    im.ctr[size_t(src)].queue_drops++;
+    return;
+  }
+  const auto& hs = s_.hosts;
+  double delay_ms = path.link ? path.link->delay_ms : (hs[size_t(src)].region == hs[size_t(dst)].region ? s_.default_delay_ms : 0);
+  double jitter_ms = path.link ? path.link->jitter_ms : 0;
+  std::uniform_real_distribution<double> U(0, 1);
+  int64_t arrive = departed + int64_t(delay_ms * 1e6 + (jitter_ms > 0 ? U(im.rng) * jitter_ms * 1e6 : 0));
+  arrive = std::max({arrive, held_until, path.last_arrival});  // jitter never reorders a path
+  path.last_arrival = arrive;
+  auto p = std::make_shared<Packet>();
+  p->data.assign(pkt, pkt + len);
+  p->src = src;
+  p->dst = dst;
+  im.q.push(Event{arrive, im.order++, 0, p});
+}
+
+// The events that are due: a packet reaching its destination's downlink queues there; one through
+// it is written to the destination's TUN device.
+void Emulator::deliver_due() {
+  auto& im = *impl_;
+  const int64_t t = now_ns();
+  while (!im.q.empty() && im.q.top().t <= t) {
+    Event e = im.q.top();
+    im.q.pop();
+    if (e.kind == 0) {
+      int64_t done;
+      std::lock_guard<std::mutex> lk(im.mu);
+      if (!enqueue_link(im.down[size_t(e.p->dst)], e.t, e.p->data.size(), &done)) {
+        im.ctr[size_t(e.p->dst)].queue_drops++;
+        continue;
       }
+      im.q.push(Event{done, im.order++, 1, e.p});
+    } else {
+      (void)!write(rt_[size_t(e.p->dst)].tunfd, e.p->data.data(), e.p->data.size());
     }
   }
 }

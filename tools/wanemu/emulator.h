@@ -55,6 +55,9 @@ class Emulator {
  private:
   Emulator() = default;
   void route();
+  void arm_timer();
+  void admit(int src, const uint8_t* pkt, size_t len);
+  void deliver_due();
   Scenario s_;
   std::vector<HostRuntime> rt_;
   std::thread router_;

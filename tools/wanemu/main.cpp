@@ -199,24 +199,29 @@ int run_proxy(const Scenario& sc, const std::vector<std::string>& cmd, bool stat
   return rc;
 }
 
-int cmd_run(int argc, char** argv) {
-  // Orphans of what this run starts (detached daemons) become our children, so that we can end them.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
+// `wanemu run`'s arguments.
+struct RunArgs {
+  std::string path;
+  bool stats = false, launcher = false, proxy = false;
+  int launch_in = -1;
+  std::vector<std::string> cmd;
+};
+
+// Fills `a`; returns -1 to go on, or the exit status after a one-line reason.
+int parse_run_args(int argc, char** argv, RunArgs& a) {
   if (argc < 3) {
     usage(stderr);
     return 2;
   }
-  std::string path = argv[2];
-  bool stats = false, launcher = false, proxy = false;
-  int launch_in = -1;
+  a.path = argv[2];
   int i = 3;
   for (; i < argc && strcmp(argv[i], "--") != 0; ++i) {
-    if (!strcmp(argv[i], "--stats")) stats = true;
-    else if (!strcmp(argv[i], "--proxy")) proxy = true;
-    else if (!strcmp(argv[i], "--launcher")) launcher = true;
+    if (!strcmp(argv[i], "--stats")) a.stats = true;
+    else if (!strcmp(argv[i], "--proxy")) a.proxy = true;
+    else if (!strcmp(argv[i], "--launcher")) a.launcher = true;
     else if (!strcmp(argv[i], "--launch-in") && i + 1 < argc) {
-      launcher = true;
-      launch_in = atoi(argv[++i]);
+      a.launcher = true;
+      a.launch_in = atoi(argv[++i]);
     }
     else {
       fprintf(stderr, "wanemu: unknown option %s\n", argv[i]);
@@ -227,28 +232,73 @@ int cmd_run(int argc, char** argv) {
     fprintf(stderr, "wanemu: nothing to run (expected -- CMD ...)\n");
     return 2;
   }
-  std::vector<std::string> cmd(argv + i + 1, argv + argc);
-  auto sc = load_scenario(path);
+  a.cmd.assign(argv + i + 1, argv + argc);
+  return -1;
+}
+
+// The environment a launcher (mpirun) and `wanemu enter` find the emulated hosts by.
+void export_hosts(const Emulator& e) {
+  std::string ns, ifs, regs, addrs;
+  for (size_t h = 0; h < e.hosts().size(); ++h) {
+    ns += (h ? "," : "") + std::to_string(e.hosts()[h].holder);
+    ifs += (h ? "," : "") + e.hosts()[h].ifname;
+    regs += (h ? "," : "") + e.scenario().hosts[h].region;
+    addrs += (h ? "," : "") + e.hosts()[h].addr;
+  }
+  setenv("WANEMU_NS_PIDS", ns.c_str(), 1);
+  setenv("WANEMU_IFNAMES", ifs.c_str(), 1);
+  setenv("WANEMU_REGIONS", regs.c_str(), 1);
+  setenv("WANEMU_ADDRS", addrs.c_str(), 1);
+  setenv("WANEMU_NRANKS", std::to_string(e.hosts().size()).c_str(), 1);
+}
+
+// Starts the command: once per host inside it, or once as the launcher (inside host launch_in, or
+// here). False when it could not.
+bool start_commands(const Emulator& e, const RunArgs& a, std::vector<pid_t>& pids) {
+  if (!a.launcher) return spawn_hosts(e.hosts().size(), [&](int h) { return e.spawn(h, a.cmd); }, pids);
+  export_hosts(e);
+  if (a.launch_in >= 0 && a.launch_in < int(e.hosts().size())) {
+    // The launcher itself runs inside one emulated host (mpirun there, orteds via `wanemu rsh`).
+    auto p = e.spawn(a.launch_in, a.cmd);
+    if (!p.ok()) return false;
+    pids.push_back(p.value());
+    return true;
+  }
+  pid_t p = fork();
+  if (p == 0) exec_or_exit(a.cmd, "wanemu");
+  pids.push_back(p);
+  return true;
+}
+
+// The scenario through the proxy (no namespaces): what it cannot do is refused.
+int run_with_proxy(const Scenario& sc, const RunArgs& a) {
+  if (!sc.faults.empty()) {
+    fprintf(stderr, "wanemu: the scenario's [[fault]] tables need the namespace emulator (root and /dev/net/tun)\n");
+    return 2;
+  }
+  if (a.launcher && a.launch_in >= 0) {
+    fprintf(stderr, "wanemu: --launch-in needs the namespace emulator; with the proxy use --launcher and `wanemu enter`\n");
+    return 2;
+  }
+  return run_proxy(sc, a.cmd, a.stats, a.launcher);
+}
+
+int cmd_run(int argc, char** argv) {
+  // Orphans of what this run starts (detached daemons) become our children, so that we can end them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  RunArgs a;
+  if (int rc = parse_run_args(argc, argv, a); rc >= 0) return rc;
+  auto sc = load_scenario(a.path);
   if (!sc.ok()) {
     fprintf(stderr, "wanemu: %s\n", sc.status().to_string().c_str());
     return 2;
   }
   std::string why;
-  if (!proxy && !can_emulate(&why)) {
+  if (!a.proxy && !can_emulate(&why)) {
     fprintf(stderr, "wanemu: the namespace emulator is unavailable (%s)\n", why.c_str());
-    proxy = true;
+    a.proxy = true;
   }
-  if (proxy) {
-    if (!sc->faults.empty()) {
-      fprintf(stderr, "wanemu: the scenario's [[fault]] tables need the namespace emulator (root and /dev/net/tun)\n");
-      return 2;
-    }
-    if (launcher && launch_in >= 0) {
-      fprintf(stderr, "wanemu: --launch-in needs the namespace emulator; with the proxy use --launcher and `wanemu enter`\n");
-      return 2;
-    }
-    return run_proxy(sc.value(), cmd, stats, launcher);
-  }
+  if (a.proxy) return run_with_proxy(sc.value(), a);
   auto em = Emulator::start(sc.value());
   if (!em.ok()) {
     fprintf(stderr, "wanemu: %s\n", em.status().to_string().c_str());
@@ -267,40 +317,12 @@ int cmd_run(int argc, char** argv) {
   if (ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1); len > 0)
     setenv("WANEMU_BIN", std::string(self, size_t(len)).c_str(), 1);
   std::vector<pid_t> pids;
-  if (launcher) {
-    std::string ns, ifs, regs;
-    for (size_t h = 0; h < e.hosts().size(); ++h) {
-      ns += (h ? "," : "") + std::to_string(e.hosts()[h].holder);
-      ifs += (h ? "," : "") + e.hosts()[h].ifname;
-      regs += (h ? "," : "") + e.scenario().hosts[h].region;
-    }
-    std::string addrs;
-    for (size_t h = 0; h < e.hosts().size(); ++h) addrs += (h ? "," : "") + e.hosts()[h].addr;
-    setenv("WANEMU_NS_PIDS", ns.c_str(), 1);
-    setenv("WANEMU_IFNAMES", ifs.c_str(), 1);
-    setenv("WANEMU_REGIONS", regs.c_str(), 1);
-    setenv("WANEMU_ADDRS", addrs.c_str(), 1);
-    setenv("WANEMU_NRANKS", std::to_string(e.hosts().size()).c_str(), 1);
-    if (launch_in >= 0 && launch_in < int(e.hosts().size())) {
-      // The launcher itself runs inside one emulated host (mpirun there, orteds via `wanemu rsh`).
-      auto p = e.spawn(launch_in, cmd);
-      if (!p.ok()) return 2;
-      pids.push_back(p.value());
-    } else {
-      pid_t p = fork();
-      if (p == 0) {
-        exec_or_exit(cmd, "wanemu");
-      }
-      pids.push_back(p);
-    }
-  } else {
-    if (!spawn_hosts(e.hosts().size(), [&](int h) { return e.spawn(h, cmd); }, pids)) return 2;
-  }
+  if (!start_commands(e, a, pids)) return 2;
   int rc = wait_all(pids);
   faults.value().reset();  // resumes what it stopped, so that the teardown can end it
   end_descendants();       // daemons the command left behind (inside the emulated hosts)
   const auto counters = e.counters();
-  if (stats) {
+  if (a.stats) {
     print_counters(e.scenario(), counters);
     fprintf(stderr, "wanemu: router thread: %s\n",
             e.realtime() ? "real-time priority (SCHED_FIFO)" : "normal priority (real-time was refused)");

@@ -67,6 +67,18 @@ struct Proxy::Impl {
   std::vector<std::vector<double>> delay_s;
   std::list<Pair> pairs;
   int ep = -1, tfd = -1;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(64 << 10);  // the relay thread's reads
+
+  void accept_one(int listen_fd, const std::vector<std::string>& addrs);
+  void add_pair(int c, int d, int from, int to);
+  double read_allowed_at(const Dir& d, double now) const;
+  void read_one(Dir& d, double now, double& next, bool& dead, bool& progress);
+  double write_due(Dir& d, double now, bool& dead);
+  double service(Dir& d, double now, bool& dead, bool& progress);
+  double service_all(double now);
+  void set_interest(Pair& p, int fd, uint32_t& cur, uint32_t want);
+  void update_interest(double now);
+  void arm_timer(double next, double now);
 };
 
 std::string find_preload() {
@@ -177,202 +189,242 @@ std::vector<Counters> Proxy::counters() const {
   return impl_->counters;
 }
 
-void Proxy::loop() {
-  Impl& im = *impl_;
-  auto host_of = [&](uint32_t ip_net) -> int {
-    char buf[INET_ADDRSTRLEN];
-    in_addr a{ip_net};
-    inet_ntop(AF_INET, &a, buf, sizeof buf);
-    for (size_t i = 0; i < addrs_.size(); ++i)
-      if (addrs_[i] == buf) return int(i);
+namespace {
+
+// The emulated host with address ip (network byte order), or -1.
+int host_of(const std::vector<std::string>& addrs, uint32_t ip_net) {
+  char buf[INET_ADDRSTRLEN];
+  in_addr a{ip_net};
+  inet_ntop(AF_INET, &a, buf, sizeof buf);
+  for (size_t i = 0; i < addrs.size(); ++i)
+    if (addrs[i] == buf) return int(i);
+  return -1;
+}
+
+// Connects to the real destination of a relayed connection; -1 with *status the errno when it cannot.
+int dial(uint32_t dip, uint16_t dport, const timeval& tv, uint8_t* status) {
+  int d = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in da{};
+  da.sin_family = AF_INET;
+  da.sin_addr.s_addr = dip;
+  da.sin_port = dport;
+  setsockopt(d, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(d, reinterpret_cast<sockaddr*>(&da), sizeof da) != 0) {
+    *status = uint8_t(errno > 255 ? ECONNREFUSED : errno);
+    close(d);
     return -1;
-  };
-  // Handshake of a new connection (blocking, bounded: the client sends its header at once).
-  auto accept_one = [&]() {
-    int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) return;
-    timeval tv{5, 0};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    uint8_t h[16];
-    size_t got = 0;
-    while (got < sizeof h) {
-      ssize_t r = recv(c, h + got, sizeof h - got, 0);
-      if (r <= 0) break;
-      got += size_t(r);
+  }
+  return d;
+}
+
+}  // namespace
+
+// Handshake of a new connection (blocking, bounded: the client sends its header at once): the
+// preload's 16-byte header names the destination and the source; the answer is one status byte.
+void Proxy::Impl::accept_one(int listen_fd, const std::vector<std::string>& addrs) {
+  int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (c < 0) return;
+  timeval tv{5, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  uint8_t h[16];
+  size_t got = 0;
+  while (got < sizeof h) {
+    ssize_t r = recv(c, h + got, sizeof h - got, 0);
+    if (r <= 0) break;
+    got += size_t(r);
+  }
+  if (got != sizeof h || memcmp(h, "WEP1", 4) != 0) {
+    close(c);  // not one of ours
+    return;
+  }
+  uint32_t dip, sip;
+  uint16_t dport;
+  memcpy(&dip, h + 4, 4);
+  memcpy(&dport, h + 8, 2);
+  memcpy(&sip, h + 12, 4);
+  int to = host_of(addrs, dip), from = host_of(addrs, sip);
+  uint8_t status = 0;
+  int d = -1;
+  if (to < 0 || from < 0) status = ENETUNREACH;
+  else d = dial(dip, dport, tv, &status);
+  if (send(c, &status, 1, MSG_NOSIGNAL) != 1 || status != 0) {
+    close(c);
+    if (d >= 0) close(d);
+    return;
+  }
+  add_pair(c, d, from, to);
+}
+
+void Proxy::Impl::add_pair(int c, int d, int from, int to) {
+  int one = 1;
+  setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(d, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  nonblock(c, true);
+  nonblock(d, true);
+  Pair& p = pairs.emplace_back();
+  p.a = c;
+  p.b = d;
+  p.ab.src = p.ba.dst = c;
+  p.ab.dst = p.ba.src = d;
+  p.ab.from = p.ba.to = from;
+  p.ab.to = p.ba.from = to;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.ptr = &p;
+  epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+  epoll_ctl(ep, EPOLL_CTL_ADD, d, &ev);
+}
+
+// When direction `d` may read next (now or later): the uplink and downlink backlogs are bounded.
+double Proxy::Impl::read_allowed_at(const Dir& d, double now) const {
+  if (d.from == d.to) return now;
+  double t = std::max(up_free[d.from] - queue_s[d.from], down_free[d.to] - delay_s[d.from][d.to] - queue_s[d.to]);
+  return std::max(now, t);
+}
+
+// Reads at most once from d's sender if the link model allows it now; otherwise says when it will.
+void Proxy::Impl::read_one(Dir& d, double now, double& next, bool& dead, bool& progress) {
+  if (d.eof || d.queued >= kMaxQueued) return;
+  double at = read_allowed_at(d, now);
+  if (at > now) {
+    next = std::min(next, at);
+    return;
+  }
+  size_t want = buf.size();
+  if (d.from != d.to && up_bps[d.from] > 0)  // about 2 ms of the uplink per read: smooth pacing
+    want = std::clamp(size_t(up_bps[d.from] / 8 * 2e-3), size_t(1500), buf.size());
+  ssize_t r = recv(d.src, buf.data(), want, 0);
+  if (r == 0) {
+    d.eof = true;
+    return;
+  }
+  if (r < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) dead = true;
+    return;
+  }
+  double release = now;
+  if (d.from != d.to) {
+    double tx_up = up_bps[d.from] > 0 ? r * 8.0 / up_bps[d.from] : 0;
+    up_free[d.from] = std::max(now, up_free[d.from]) + tx_up;
+    double arrive = up_free[d.from] + delay_s[d.from][d.to];
+    double tx_down = down_bps[d.to] > 0 ? r * 8.0 / down_bps[d.to] : 0;
+    down_free[d.to] = std::max(arrive, down_free[d.to]) + tx_down;
+    release = down_free[d.to];
+  }
+  d.q.push_back(Seg{release, std::vector<uint8_t>(buf.begin(), buf.begin() + r)});
+  d.queued += size_t(r);
+  progress = true;
+  std::lock_guard<std::mutex> lk(mu);
+  counters[d.from].packets++;
+  counters[d.from].bytes += uint64_t(r);
+}
+
+// Writes what is due; returns when the next segment is (INFINITY: none waiting).
+double Proxy::Impl::write_due(Dir& d, double now, bool& dead) {
+  double next = INFINITY;
+  d.want_out = false;
+  while (!d.q.empty()) {
+    Seg& s = d.q.front();
+    if (s.release > now) {
+      next = std::min(next, s.release);
+      break;
     }
-    if (got != sizeof h || memcmp(h, "WEP1", 4) != 0) {
-      close(c);  // not one of ours
-      return;
-    }
-    uint32_t dip, sip;
-    uint16_t dport;
-    memcpy(&dip, h + 4, 4);
-    memcpy(&dport, h + 8, 2);
-    memcpy(&sip, h + 12, 4);
-    int to = host_of(dip), from = host_of(sip);
-    uint8_t status = 0;
-    int d = -1;
-    if (to < 0 || from < 0) {
-      status = ENETUNREACH;
-    } else {
-      d = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in da{};
-      da.sin_family = AF_INET;
-      da.sin_addr.s_addr = dip;
-      da.sin_port = dport;
-      setsockopt(d, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      if (connect(d, reinterpret_cast<sockaddr*>(&da), sizeof da) != 0) {
-        status = uint8_t(errno > 255 ? ECONNREFUSED : errno);
-        close(d);
-        d = -1;
-      }
-    }
-    if (send(c, &status, 1, MSG_NOSIGNAL) != 1 || status != 0) {
-      close(c);
-      if (d >= 0) close(d);
-      return;
-    }
-    int one = 1;
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    setsockopt(d, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    nonblock(c, true);
-    nonblock(d, true);
-    Pair& p = im.pairs.emplace_back();
-    p.a = c;
-    p.b = d;
-    p.ab.src = p.ba.dst = c;
-    p.ab.dst = p.ba.src = d;
-    p.ab.from = p.ba.to = from;
-    p.ab.to = p.ba.from = to;
-    epoll_event ev{};
-    ev.events = 0;
-    ev.data.ptr = &p;
-    epoll_ctl(im.ep, EPOLL_CTL_ADD, c, &ev);
-    epoll_ctl(im.ep, EPOLL_CTL_ADD, d, &ev);
-  };
-  // When direction `d` may read next (now or later): the uplink and downlink backlogs are bounded.
-  auto read_allowed_at = [&](const Dir& d, double now) {
-    if (d.from == d.to) return now;
-    double t = std::max(im.up_free[d.from] - im.queue_s[d.from], im.down_free[d.to] - im.delay_s[d.from][d.to] - im.queue_s[d.to]);
-    return std::max(now, t);
-  };
-  std::vector<uint8_t> buf(64 << 10);
-  // Reads at most once from d's sender if the link model allows it now; otherwise says when it will.
-  auto read_one = [&](Dir& d, double now, double& next, bool& dead, bool& progress) {
-    if (d.eof || d.queued >= kMaxQueued) return;
-    double at = read_allowed_at(d, now);
-    if (at > now) {
-      next = std::min(next, at);
-      return;
-    }
-    size_t want = buf.size();
-    if (d.from != d.to && im.up_bps[d.from] > 0)  // about 2 ms of the uplink per read: smooth pacing
-      want = std::clamp(size_t(im.up_bps[d.from] / 8 * 2e-3), size_t(1500), buf.size());
-    ssize_t r = recv(d.src, buf.data(), want, 0);
-    if (r == 0) {
-      d.eof = true;
-      return;
-    }
-    if (r < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) dead = true;
-      return;
-    }
-    double release = now;
-    if (d.from != d.to) {
-      double tx_up = im.up_bps[d.from] > 0 ? r * 8.0 / im.up_bps[d.from] : 0;
-      im.up_free[d.from] = std::max(now, im.up_free[d.from]) + tx_up;
-      double arrive = im.up_free[d.from] + im.delay_s[d.from][d.to];
-      double tx_down = im.down_bps[d.to] > 0 ? r * 8.0 / im.down_bps[d.to] : 0;
-      im.down_free[d.to] = std::max(arrive, im.down_free[d.to]) + tx_down;
-      release = im.down_free[d.to];
-    }
-    d.q.push_back(Seg{release, std::vector<uint8_t>(buf.begin(), buf.begin() + r)});
-    d.queued += size_t(r);
-    progress = true;
-    std::lock_guard<std::mutex> lk(im.mu);
-    im.counters[d.from].packets++;
-    im.counters[d.from].bytes += uint64_t(r);
-  };
-  // One read (the caller round-robins over every connection, so flows that share a link interleave
-  // finely, as packets do, instead of one flow taking a whole queue's worth before the next), then
-  // every write that is due. Returns the next time something becomes possible (INFINITY: wait for I/O).
-  auto service = [&](Dir& d, double now, bool& dead, bool& progress) -> double {
-    double next = INFINITY;
-    read_one(d, now, next, dead, progress);
-    if (dead) return INFINITY;
-    // Write what is due.
-    d.want_out = false;
-    while (!d.q.empty()) {
-      Seg& s = d.q.front();
-      if (s.release > now) {
-        next = std::min(next, s.release);
+    ssize_t w = send(d.dst, s.data.data() + s.off, s.data.size() - s.off, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        d.want_out = true;
         break;
       }
-      ssize_t w = send(d.dst, s.data.data() + s.off, s.data.size() - s.off, MSG_NOSIGNAL);
-      if (w < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-          d.want_out = true;
-          break;
-        }
-        dead = true;
-        return INFINITY;
+      dead = true;
+      return INFINITY;
+    }
+    s.off += size_t(w);
+    d.queued -= size_t(w);
+    if (s.off == s.data.size()) d.q.pop_front();
+  }
+  if (d.eof && d.q.empty() && !d.shut) {
+    shutdown(d.dst, SHUT_WR);
+    d.shut = true;
+  }
+  return next;
+}
+
+// One read (the caller round-robins over every connection, so flows that share a link interleave
+// finely, as packets do, instead of one flow taking a whole queue's worth before the next), then
+// every write that is due. Returns the next time something becomes possible (INFINITY: wait for I/O).
+double Proxy::Impl::service(Dir& d, double now, bool& dead, bool& progress) {
+  double next = INFINITY;
+  read_one(d, now, next, dead, progress);
+  if (dead) return INFINITY;
+  const double w = write_due(d, now, dead);
+  return dead ? INFINITY : std::min(next, w);
+}
+
+// Round-robin over every connection until nothing more moves; closes the finished and the broken.
+double Proxy::Impl::service_all(double now) {
+  double next = INFINITY;
+  bool progress = true;
+  for (int pass = 0; progress && pass < 4096; ++pass) {
+    progress = false;
+    next = INFINITY;
+    for (auto it = pairs.begin(); it != pairs.end();) {
+      Pair& p = *it;
+      bool dead = false;
+      next = std::min(next, service(p.ab, now, dead, progress));
+      if (!dead) next = std::min(next, service(p.ba, now, dead, progress));
+      if (dead || (p.ab.shut && p.ba.shut)) {
+        close(p.a);
+        close(p.b);
+        it = pairs.erase(it);
+        continue;
       }
-      s.off += size_t(w);
-      d.queued -= size_t(w);
-      if (s.off == s.data.size()) d.q.pop_front();
+      ++it;
     }
-    if (d.eof && d.q.empty() && !d.shut) {
-      shutdown(d.dst, SHUT_WR);
-      d.shut = true;
-    }
-    return next;
-  };
-  auto set_interest = [&](Pair& p, int fd, uint32_t& cur, uint32_t want) {
-    if (cur == want) return;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.ptr = &p;
-    epoll_ctl(im.ep, EPOLL_CTL_MOD, fd, &ev);
-    cur = want;
-  };
+  }
+  return next;
+}
+
+void Proxy::Impl::set_interest(Pair& p, int fd, uint32_t& cur, uint32_t want) {
+  if (cur == want) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.ptr = &p;
+  epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+  cur = want;
+}
+
+// Each socket waits for reading only when the link model lets its direction read now, and for
+// writing only when a send would have blocked.
+void Proxy::Impl::update_interest(double now) {
+  for (Pair& p : pairs) {
+    auto readable = [&](const Dir& d) { return !d.eof && d.queued < kMaxQueued && read_allowed_at(d, now) <= now; };
+    const uint32_t in = EPOLLIN, out = EPOLLOUT, none = 0;
+    set_interest(p, p.a, p.ev_a, (readable(p.ab) ? in : none) | (p.ba.want_out ? out : none));
+    set_interest(p, p.b, p.ev_b, (readable(p.ba) ? in : none) | (p.ab.want_out ? out : none));
+  }
+}
+
+void Proxy::Impl::arm_timer(double next, double now) {
+  itimerspec ts{};
+  double wake = std::isfinite(next) ? std::min(next, now + 0.2) : now + 0.2;  // 0.2 s: notice stop()
+  ts.it_value.tv_sec = time_t(wake);
+  ts.it_value.tv_nsec = long((wake - std::floor(wake)) * 1e9);
+  if (ts.it_value.tv_sec == 0 && ts.it_value.tv_nsec == 0) ts.it_value.tv_nsec = 1;
+  timerfd_settime(tfd, TFD_TIMER_ABSTIME, &ts, nullptr);
+}
+
+void Proxy::loop() {
+  Impl& im = *impl_;
   std::vector<epoll_event> evs(256);
   while (!stop_.load()) {
-    double now = mono_now(), next = INFINITY;
-    bool progress = true;
-    for (int pass = 0; progress && pass < 4096; ++pass) {  // round-robin until nothing more moves
-      progress = false;
-      next = INFINITY;
-      for (auto it = im.pairs.begin(); it != im.pairs.end();) {
-        Pair& p = *it;
-        bool dead = false;
-        next = std::min(next, service(p.ab, now, dead, progress));
-        if (!dead) next = std::min(next, service(p.ba, now, dead, progress));
-        if (dead || (p.ab.shut && p.ba.shut)) {
-          close(p.a);
-          close(p.b);
-          it = im.pairs.erase(it);
-          continue;
-        }
-        ++it;
-      }
-    }
-    for (auto it = im.pairs.begin(); it != im.pairs.end(); ++it) {
-      Pair& p = *it;
-      auto readable = [&](const Dir& d) { return !d.eof && d.queued < kMaxQueued && read_allowed_at(d, now) <= now; };
-      const uint32_t in = EPOLLIN, out = EPOLLOUT, none = 0;
-      set_interest(p, p.a, p.ev_a, (readable(p.ab) ? in : none) | (p.ba.want_out ? out : none));
-      set_interest(p, p.b, p.ev_b, (readable(p.ba) ? in : none) | (p.ab.want_out ? out : none));
-    }
-    itimerspec ts{};
-    double wake = std::isfinite(next) ? std::min(next, now + 0.2) : now + 0.2;  // 0.2 s: notice stop()
-    ts.it_value.tv_sec = time_t(wake);
-    ts.it_value.tv_nsec = long((wake - std::floor(wake)) * 1e9);
-    if (ts.it_value.tv_sec == 0 && ts.it_value.tv_nsec == 0) ts.it_value.tv_nsec = 1;
-    timerfd_settime(im.tfd, TFD_TIMER_ABSTIME, &ts, nullptr);
+    const double now = mono_now();
+    const double next = im.service_all(now);
+    im.update_interest(now);
+    im.arm_timer(next, now);
     int n = epoll_wait(im.ep, evs.data(), int(evs.size()), -1);
     for (int i = 0; i < n; ++i) {
-      if (evs[i].data.ptr == nullptr) accept_one();
+      if (evs[i].data.ptr == nullptr) im.accept_one(listen_fd_, addrs_);
       else if (evs[i].data.ptr == &im.tfd) {
         uint64_t x;
         (void)!read(im.tfd, &x, sizeof x);

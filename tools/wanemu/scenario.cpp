@@ -126,40 +126,46 @@ const Link* Scenario::link(const std::string& a, const std::string& b) const {
   return nullptr;
 }
 
-Result<Scenario> parse_scenario(const std::string& text) {
-  Scenario s;
+namespace {
+
+using Table = std::map<std::string, std::string>;
+
+// The scenario's text as key = value tables: the top level, then each [[host]], [[link]], [[fault]].
+struct Tables {
+  Table top;
+  std::vector<Table> hosts, links, faults;
+};
+
+// One line without its comment (a '#' outside a string starts one), trimmed.
+std::string strip_comment(std::string line) {
+  bool q = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') q = !q;
+    if (line[i] == '#' && !q) {
+      line = line.substr(0, i);
+      break;
+    }
+  }
+  return trim(line);
+}
+
+Result<Tables> read_tables(const std::string& text) {
+  Tables tb;
   std::istringstream in(text);
-  std::string line, section;
+  std::string line;
+  Table* t = &tb.top;
   int lineno = 0;
-  std::vector<std::map<std::string, std::string>> host_tables, link_tables, fault_tables;
-  std::map<std::string, std::string> top;
   auto err = [&](const std::string& m) { return InvalidArgument("scenario line " + std::to_string(lineno) + ": " + m); };
   while (std::getline(in, line)) {
     ++lineno;
-    // Strip comments outside strings.
-    bool q = false;
-    for (size_t i = 0; i < line.size(); ++i) {
-      if (line[i] == '"') q = !q;
-      if (line[i] == '#' && !q) {
-        line = line.substr(0, i);
-        break;
-      }
-    }
-    line = trim(line);
+    line = strip_comment(line);
     if (line.empty()) continue;
-    if (line == "[[host]]" || line == "[[hosts]]") {
-      section = "host";
-      host_tables.emplace_back();
-      continue;
-    }
-    if (line == "[[link]]" || line == "[[links]]") {
-      section = "link";
-      link_tables.emplace_back();
-      continue;
-    }
-    if (line == "[[fault]]" || line == "[[faults]]") {
-      section = "fault";
-      fault_tables.emplace_back();
+    std::vector<Table>* next = line == "[[host]]" || line == "[[hosts]]"     ? &tb.hosts
+                               : line == "[[link]]" || line == "[[links]]"   ? &tb.links
+                               : line == "[[fault]]" || line == "[[faults]]" ? &tb.faults
+                                                                             : nullptr;
+    if (next) {
+      t = &next->emplace_back();
       continue;
     }
     if (line[0] == '[') return err("unknown table " + line + " (expected [[host]], [[link]] or [[fault]])");
@@ -167,87 +173,99 @@ Result<Scenario> parse_scenario(const std::string& text) {
     if (eq == std::string::npos) return err("expected key = value");
     std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
     if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-    auto& t = section == "host"    ? host_tables.back()
-              : section == "link"  ? link_tables.back()
-              : section == "fault" ? fault_tables.back()
-                                   : top;
-    t[k] = v;
+    (*t)[k] = v;
   }
-  auto num = [&](std::map<std::string, std::string>& t, const char* k, double* out, double lo, double hi) -> Status {
-    auto it = t.find(k);
-    if (it == t.end()) return Status::Ok();
-    char* end = nullptr;
-    double v = strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end || v < lo || v > hi)
-      return InvalidArgument(std::string("scenario: ") + k + " = " + it->second + " is not a number in [" +
-                             std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    *out = v;
-    t.erase(it);
-    return Status::Ok();
-  };
+  return tb;
+}
+
+// Takes key k out of t as a number in [lo, hi] into *out (left as is when absent).
+Status take_num(Table& t, const char* k, double* out, double lo, double hi) {
+  auto it = t.find(k);
+  if (it == t.end()) return Status::Ok();
+  char* end = nullptr;
+  double v = strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end || v < lo || v > hi)
+    return InvalidArgument(std::string("scenario: ") + k + " = " + it->second + " is not a number in [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  *out = v;
+  t.erase(it);
+  return Status::Ok();
+}
+
+Status read_top(Table top, Scenario& s) {
   double seed = 1, mtu = 1500;
-  SPARROW_RETURN_IF_ERROR(num(top, "seed", &seed, 0, 1e18));
-  SPARROW_RETURN_IF_ERROR(num(top, "mtu", &mtu, 576, 65000));
-  SPARROW_RETURN_IF_ERROR(num(top, "default_delay_ms", &s.default_delay_ms, 0, 10000));
+  SPARROW_RETURN_IF_ERROR(take_num(top, "seed", &seed, 0, 1e18));
+  SPARROW_RETURN_IF_ERROR(take_num(top, "mtu", &mtu, 576, 65000));
+  SPARROW_RETURN_IF_ERROR(take_num(top, "default_delay_ms", &s.default_delay_ms, 0, 10000));
   top.erase("name");
   top.erase("description");
   if (!top.empty()) return InvalidArgument("scenario: unknown top-level key '" + top.begin()->first + "'");
   s.seed = uint64_t(seed);
   s.mtu = int(mtu);
-  for (auto& t : host_tables) {
-    Host h;
-    h.name = t.count("name") ? t["name"] : "host";
-    h.region = t.count("region") ? t["region"] : "default";
-    t.erase("name");
-    t.erase("region");
-    double count = 1;
-    SPARROW_RETURN_IF_ERROR(num(t, "count", &count, 1, 4096));
-    SPARROW_RETURN_IF_ERROR(num(t, "up_mbit", &h.up_mbit, 0, 1e6));
-    SPARROW_RETURN_IF_ERROR(num(t, "down_mbit", &h.down_mbit, 0, 1e6));
-    SPARROW_RETURN_IF_ERROR(num(t, "queue_ms", &h.queue_ms, 0.1, 100000));
-    if (!t.empty()) return InvalidArgument("scenario: unknown host key '" + t.begin()->first + "'");
-    for (int i = 0; i < int(count); ++i) {
-      Host c = h;
-      if (count > 1) c.name += "-" + std::to_string(i);
-      s.hosts.push_back(c);
-    }
+  return Status::Ok();
+}
+
+Status read_host(Table t, Scenario& s) {
+  Host h;
+  h.name = t.count("name") ? t["name"] : "host";
+  h.region = t.count("region") ? t["region"] : "default";
+  t.erase("name");
+  t.erase("region");
+  double count = 1;
+  SPARROW_RETURN_IF_ERROR(take_num(t, "count", &count, 1, 4096));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "up_mbit", &h.up_mbit, 0, 1e6));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "down_mbit", &h.down_mbit, 0, 1e6));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "queue_ms", &h.queue_ms, 0.1, 100000));
+  if (!t.empty()) return InvalidArgument("scenario: unknown host key '" + t.begin()->first + "'");
+  for (int i = 0; i < int(count); ++i) {
+    Host c = h;
+    if (count > 1) c.name += "-" + std::to_string(i);
+    s.hosts.push_back(c);
   }
-  for (auto& t : link_tables) {
-    Link l;
-    l.a = t["a"];
-    l.b = t.count("b") ? t["b"] : l.a;
-    t.erase("a");
-    t.erase("b");
-    SPARROW_RETURN_IF_ERROR(num(t, "delay_ms", &l.delay_ms, 0, 100000));
-    SPARROW_RETURN_IF_ERROR(num(t, "jitter_ms", &l.jitter_ms, 0, 100000));
-    SPARROW_RETURN_IF_ERROR(num(t, "loss", &l.loss, 0, 1));
-    SPARROW_RETURN_IF_ERROR(num(t, "ge_p", &l.ge_p, 0, 1));
-    SPARROW_RETURN_IF_ERROR(num(t, "ge_r", &l.ge_r, 0, 1));
-    SPARROW_RETURN_IF_ERROR(num(t, "ge_loss", &l.ge_loss, 0, 1));
-    if (!t.empty()) return InvalidArgument("scenario: unknown link key '" + t.begin()->first + "'");
-    if (l.a.empty()) return InvalidArgument("scenario: a [[link]] needs a = \"region\"");
-    s.links.push_back(l);
+  return Status::Ok();
+}
+
+Status read_link(Table t, Scenario& s) {
+  Link l;
+  l.a = t["a"];
+  l.b = t.count("b") ? t["b"] : l.a;
+  t.erase("a");
+  t.erase("b");
+  SPARROW_RETURN_IF_ERROR(take_num(t, "delay_ms", &l.delay_ms, 0, 100000));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "jitter_ms", &l.jitter_ms, 0, 100000));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "loss", &l.loss, 0, 1));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "ge_p", &l.ge_p, 0, 1));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "ge_r", &l.ge_r, 0, 1));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "ge_loss", &l.ge_loss, 0, 1));
+  if (!t.empty()) return InvalidArgument("scenario: unknown link key '" + t.begin()->first + "'");
+  if (l.a.empty()) return InvalidArgument("scenario: a [[link]] needs a = \"region\"");
+  s.links.push_back(l);
+  return Status::Ok();
+}
+
+Status read_fault(Table t, Scenario& s) {
+  // The same words as `wanemu fault`, so both are checked alike.
+  std::vector<std::string> words = {t["kind"], t["target"]};
+  if (t.count("peer")) words.push_back(t["peer"]);
+  if (t.count("for_s")) words.insert(words.end(), {"--for", t["for_s"]});
+  if (t.count("leaves") && t["leaves"] != "false") {
+    if (t["leaves"] != "true") return InvalidArgument("scenario: fault leaves = " + t["leaves"] + " (true or false)");
+    words.push_back("--leaves");
   }
-  for (auto& t : fault_tables) {
-    // The same words as `wanemu fault`, so both are checked alike.
-    std::vector<std::string> words = {t["kind"], t["target"]};
-    if (t.count("peer")) words.push_back(t["peer"]);
-    if (t.count("for_s")) words.insert(words.end(), {"--for", t["for_s"]});
-    if (t.count("leaves") && t["leaves"] != "false") {
-      if (t["leaves"] != "true") return InvalidArgument("scenario: fault leaves = " + t["leaves"] + " (true or false)");
-      words.push_back("--leaves");
-    }
-    double at = -1;
-    if (!t.count("at_s") || !parse_seconds(t["at_s"], 0, 86400, &at))
-      return InvalidArgument("scenario: a [[fault]] needs at_s = seconds in [0, 86400]");
-    for (const char* k : {"kind", "target", "peer", "for_s", "leaves", "at_s"}) t.erase(k);
-    if (!t.empty()) return InvalidArgument("scenario: unknown fault key '" + t.begin()->first + "'");
-    auto f = parse_fault(words);
-    if (!f.ok()) return std::move(f).take_status().context("scenario");
-    f->at_s = at;
-    s.faults.push_back(*f);
-  }
-  std::stable_sort(s.faults.begin(), s.faults.end(), [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
+  double at = -1;
+  if (!t.count("at_s") || !parse_seconds(t["at_s"], 0, 86400, &at))
+    return InvalidArgument("scenario: a [[fault]] needs at_s = seconds in [0, 86400]");
+  for (const char* k : {"kind", "target", "peer", "for_s", "leaves", "at_s"}) t.erase(k);
+  if (!t.empty()) return InvalidArgument("scenario: unknown fault key '" + t.begin()->first + "'");
+  auto f = parse_fault(words);
+  if (!f.ok()) return std::move(f).take_status().context("scenario");
+  f->at_s = at;
+  s.faults.push_back(*f);
+  return Status::Ok();
+}
+
+// Hosts exist, and the regions and hosts that links and faults name are among them.
+Status check_names(const Scenario& s) {
   if (s.hosts.empty()) return InvalidArgument("scenario: no [[host]]");
   if (s.hosts.size() > 250 * 250) return InvalidArgument("scenario: too many hosts");
   auto regs = s.regions();
@@ -259,6 +277,20 @@ Result<Scenario> parse_scenario(const std::string& text) {
     for (auto* t : {&f.target, &f.peer})
       if (!t->empty())
         if (auto r = s.resolve(*t); !r.ok()) return std::move(r).take_status().context("scenario");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Scenario> parse_scenario(const std::string& text) {
+  SPARROW_ASSIGN_OR_RETURN(Tables tb, read_tables(text));
+  Scenario s;
+  SPARROW_RETURN_IF_ERROR(read_top(std::move(tb.top), s));
+  for (auto& t : tb.hosts) SPARROW_RETURN_IF_ERROR(read_host(std::move(t), s));
+  for (auto& t : tb.links) SPARROW_RETURN_IF_ERROR(read_link(std::move(t), s));
+  for (auto& t : tb.faults) SPARROW_RETURN_IF_ERROR(read_fault(std::move(t), s));
+  std::stable_sort(s.faults.begin(), s.faults.end(), [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
+  SPARROW_RETURN_IF_ERROR(check_names(s));
   return s;
 }
 
