@@ -101,10 +101,21 @@ static int measure_steps(size_t n, size_t bytes, void* trainer, const void* next
   return 0;
 }
 
-int main(int argc, char** argv) {
-  const char* P = "sparrow-gpu-bench";
-  double gib = 2, density = 0.01;
+// The buffers and the stream the kernel measurements share: the old version, the new one (`cur`,
+// every (1/density)-th element changed) and the shadow, on the device; the same two on the host.
+struct Setup {
+  size_t n = 0, bytes = 0;
+  uint32_t es = 2;  // bf16
   int reps = 5;
+  void *cur = nullptr, *shadow = nullptr, *old = nullptr;
+  std::vector<uint16_t> h_old, h_new;
+  cudaStream_t st;
+  cudaEvent_t e0, e1;
+};
+
+// Parses the command line; -1 to go on, or the exit status.
+static int parse_args(int argc, char** argv, double* gib, double* density, int* reps) {
+  const char* P = "sparrow-gpu-bench";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") return usage(), 0;
@@ -113,131 +124,169 @@ int main(int argc, char** argv) {
       return usage(), args::kUsage;
     }
     const char* v = i + 1 < argc ? argv[++i] : nullptr;
-    if (a == "--gib") gib = args::number(P, "--gib", v, 0.001, 64);
-    else if (a == "--density") density = args::number(P, "--density", v, 1e-4, 1);
-    else reps = int(args::integer(P, "--reps", v, 1, 1000));
+    if (a == "--gib") *gib = args::number(P, "--gib", v, 0.001, 64);
+    else if (a == "--density") *density = args::number(P, "--density", v, 1e-4, 1);
+    else *reps = int(args::integer(P, "--reps", v, 1, 1000));
   }
+  return -1;
+}
+
+static int make_setup(double gib, double density, Setup& s) {
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  s.n = size_t(gib * (1ull << 30)) / s.es;
+  s.bytes = s.n * s.es;
+  printf("device: %s, buffer %.2f GiB bf16 (%zu elements), density %.3g\n", prop.name, s.bytes / double(1ull << 30), s.n,
+         density);
+  CK(cudaMalloc(&s.cur, s.bytes));
+  CK(cudaMalloc(&s.shadow, s.bytes));
+  CK(cudaMalloc(&s.old, s.bytes));
+  // One step: the old version, and the new one with every (1/density)-th element changed.
+  s.h_old.resize(s.n);
+  uint64_t r = 1;
+  for (auto& x : s.h_old) x = uint16_t((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 48);
+  s.h_new = s.h_old;
+  const size_t stride = std::max<size_t>(1, size_t(1.0 / density));
+  for (size_t i = 0; i < s.n; i += stride) s.h_new[i] ^= 1;
+  CK(cudaMemcpy(s.old, s.h_old.data(), s.bytes, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(s.cur, s.h_new.data(), s.bytes, cudaMemcpyHostToDevice));
+  CK(cudaStreamCreate(&s.st));
+  cudaEventCreate(&s.e0);
+  cudaEventCreate(&s.e1);
+  return 0;
+}
+
+// The best of s.reps timings (seconds) of what `body` enqueues on the stream; `before` runs first
+// each time, untimed. Both return 0, or 1 after printing a CUDA failure.
+template <typename Before, typename Body>
+static int best_time(const Setup& s, Before before, Body body, double* best) {
+  *best = 1e30;
+  for (int r = 0; r < s.reps; ++r) {
+    if (before()) return 1;
+    cudaEventRecord(s.e0, s.st);
+    if (body()) return 1;
+    cudaEventRecord(s.e1, s.st);
+    CK(cudaEventSynchronize(s.e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, s.e0, s.e1);
+    *best = std::min(*best, double(ms) / 1e3);
+  }
+  return 0;
+}
+
+// Resets the shadow to the old version (the state before a step's extraction).
+static int reset_shadow(const Setup& s) {
+  CK(cudaMemcpy(s.shadow, s.old, s.bytes, cudaMemcpyDeviceToDevice));
+  return 0;
+}
+
+// Copy bandwidth: a D2D copy reads and writes `bytes`.
+static int measure_copy(const Setup& s, double* copy_bw) {
+  double best = 0;
+  if (best_time(s, [] { return 0; }, [&] {
+        CK(cudaMemcpyAsync(s.shadow, s.old, s.bytes, cudaMemcpyDeviceToDevice, s.st));
+        return 0;
+      }, &best))
+    return 1;
+  *copy_bw = 2.0 * s.bytes / best / 1e9;
+  printf("device copy: %.1f GB/s (read+write)\n", *copy_bw);
+  return 0;
+}
+
+// Extraction chunk by chunk (CUB select, 16 M elements per call): reads 2 x `bytes`, writes only the
+// changes.
+static int measure_chunk_extraction(const Setup& s, double copy_bw) {
+  const uint32_t chunk = 1u << 24;
+  size_t sb = 0;
+  CK(kernels::cuda::extract_scratch_bytes(chunk, s.es, &sb));
+  void *scratch, *pos, *ov, *nv, *cnt;
+  CK(cudaMalloc(&scratch, sb));
+  CK(cudaMalloc(&pos, size_t(chunk) * 4));
+  CK(cudaMalloc(&ov, size_t(chunk) * s.es));
+  CK(cudaMalloc(&nv, size_t(chunk) * s.es));
+  CK(cudaMalloc(&cnt, 4));
+  double best = 0;
+  if (best_time(s, [&] { return reset_shadow(s); }, [&] {
+        for (size_t off = 0; off < s.n; off += chunk) {
+          uint32_t m = uint32_t(std::min<size_t>(chunk, s.n - off));
+          CK(kernels::cuda::extract(static_cast<char*>(s.cur) + off * s.es, static_cast<char*>(s.shadow) + off * s.es, m,
+                                    s.es, static_cast<uint32_t*>(pos), ov, nv, static_cast<uint32_t*>(cnt), scratch, sb, s.st));
+        }
+        return 0;
+      }, &best))
+    return 1;
+  const double ex_bw = 2.0 * s.bytes / best / 1e9;
+  printf("chunk extraction (CUB select, 16 M elements per call): %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n",
+         ex_bw, ex_bw / copy_bw, best * 1e3, s.bytes / double(1ull << 30));
+  return 0;
+}
+
+// Whole-buffer extraction, what the encoder runs on a delta's device tensor: count, then collect,
+// in 1 M-element chunks (two passes over cur and the shadow).
+static int measure_whole_extraction(const Setup& s, double copy_bw) {
+  const uint32_t ce = 1u << 20;
+  const uint64_t nchunks = (s.n + ce - 1) / ce;
+  size_t csb = 0;
+  CK(kernels::cuda::changes_scratch_bytes(s.n, ce, &csb));
+  void *cscratch, *offs;
+  CK(cudaMalloc(&cscratch, csb));
+  CK(cudaMalloc(&offs, (nchunks + 1) * 8));
+  if (reset_shadow(s)) return 1;
+  CK(kernels::cuda::count_changes(s.cur, s.shadow, s.n, s.es, ce, static_cast<uint64_t*>(offs), cscratch, csb, s.st));
+  uint64_t total = 0;
+  CK(cudaMemcpy(&total, static_cast<uint64_t*>(offs) + nchunks, 8, cudaMemcpyDeviceToHost));
+  void *cpos, *cold, *cnew;
+  CK(cudaMalloc(&cpos, total * 4 + 4));
+  CK(cudaMalloc(&cold, total * s.es + 4));
+  CK(cudaMalloc(&cnew, total * s.es + 4));
+  double best = 0;
+  if (best_time(s, [&] { return reset_shadow(s); }, [&] {
+        CK(kernels::cuda::count_changes(s.cur, s.shadow, s.n, s.es, ce, static_cast<uint64_t*>(offs), cscratch, csb, s.st));
+        CK(kernels::cuda::collect_changes(s.cur, s.shadow, s.n, s.es, ce, static_cast<uint32_t*>(cpos), cold, cnew, cscratch,
+                                          csb, s.st));
+        return 0;
+      }, &best))
+    return 1;
+  const double cc_bw = 2.0 * s.bytes / best / 1e9;
+  printf("whole-buffer extraction (count + collect): %.1f GB/s of buffer pair (%.2f x the copy bandwidth), %.2f ms, "
+         "%llu changes\n",
+         cc_bw, cc_bw / copy_bw, best * 1e3, (unsigned long long)total);
+  return 0;
+}
+
+// Base verification's read: the block sums of the whole buffer (1 M-element blocks), read once.
+static int measure_block_sums(const Setup& s, double copy_bw) {
+  const uint64_t block_bytes = uint64_t(1) << 21;
+  uint32_t* sums;
+  CK(cudaMalloc(&sums, (s.bytes / block_bytes + 1) * 8));
+  double best = 0;
+  if (best_time(s, [] { return 0; }, [&] {
+        CK(kernels::cuda::block_sums(s.cur, s.bytes, block_bytes, sums, s.st));
+        return 0;
+      }, &best))
+    return 1;
+  const double sum_bw = s.bytes / best / 1e9;
+  printf("block sums:  %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n", sum_bw, sum_bw / copy_bw,
+         best * 1e3, s.bytes / double(1ull << 30));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  double gib = 2, density = 0.01;
+  int reps = 5;
+  if (int rc = parse_args(argc, argv, &gib, &density, &reps); rc >= 0) return rc;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("no usable CUDA device: nothing to measure\n");
     return 0;
   }
-  cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const uint32_t es = 2;  // bf16
-  const size_t n = size_t(gib * (1ull << 30)) / es;
-  const size_t bytes = n * es;
-  printf("device: %s, buffer %.2f GiB bf16 (%zu elements), density %.3g\n", prop.name, bytes / double(1ull << 30), n,
-         density);
-  void *cur, *shadow, *old;
-  CK(cudaMalloc(&cur, bytes));
-  CK(cudaMalloc(&shadow, bytes));
-  CK(cudaMalloc(&old, bytes));
-  // One step: the old version, and the new one with every (1/density)-th element changed.
-  std::vector<uint16_t> h_old(n), h_new;
-  uint64_t s = 1;
-  for (auto& x : h_old) x = uint16_t((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 48);
-  h_new = h_old;
-  const size_t stride = std::max<size_t>(1, size_t(1.0 / density));
-  for (size_t i = 0; i < n; i += stride) h_new[i] ^= 1;
-  CK(cudaMemcpy(old, h_old.data(), bytes, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(cur, h_new.data(), bytes, cudaMemcpyHostToDevice));
-
-  cudaStream_t st;
-  CK(cudaStreamCreate(&st));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  float ms = 0;
-  // Copy bandwidth: a D2D copy reads and writes `bytes`; extraction reads 2 x `bytes` (and writes
-  // only the changes).
-  double best_copy = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(e0, st);
-    CK(cudaMemcpyAsync(shadow, old, bytes, cudaMemcpyDeviceToDevice, st));
-    cudaEventRecord(e1, st);
-    CK(cudaEventSynchronize(e1));
-    cudaEventElapsedTime(&ms, e0, e1);
-    best_copy = std::min(best_copy, ms / 1e3);
-  }
-  const uint32_t chunk = 1u << 24;  // 16 M elements per kernel call
-  size_t sb = 0;
-  CK(kernels::cuda::extract_scratch_bytes(chunk, es, &sb));
-  void *scratch, *pos, *ov, *nv, *cnt;
-  CK(cudaMalloc(&scratch, sb));
-  CK(cudaMalloc(&pos, size_t(chunk) * 4));
-  CK(cudaMalloc(&ov, size_t(chunk) * es));
-  CK(cudaMalloc(&nv, size_t(chunk) * es));
-  CK(cudaMalloc(&cnt, 4));
-  double best_ex = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaMemcpy(shadow, old, bytes, cudaMemcpyDeviceToDevice));  // the shadow holds the old version
-    cudaEventRecord(e0, st);
-    for (size_t off = 0; off < n; off += chunk) {
-      uint32_t m = uint32_t(std::min<size_t>(chunk, n - off));
-      CK(kernels::cuda::extract(static_cast<char*>(cur) + off * es, static_cast<char*>(shadow) + off * es, m, es,
-                                static_cast<uint32_t*>(pos), ov, nv, static_cast<uint32_t*>(cnt), scratch, sb, st));
-    }
-    cudaEventRecord(e1, st);
-    CK(cudaEventSynchronize(e1));
-    cudaEventElapsedTime(&ms, e0, e1);
-    best_ex = std::min(best_ex, ms / 1e3);
-  }
-  const double copy_bw = 2.0 * bytes / best_copy / 1e9, ex_bw = 2.0 * bytes / best_ex / 1e9;
-  printf("device copy: %.1f GB/s (read+write)\n", copy_bw);
-  printf("chunk extraction (CUB select, 16 M elements per call): %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n", ex_bw, ex_bw / copy_bw,
-         best_ex * 1e3, bytes / double(1ull << 30));
-
-  // Whole-buffer extraction, what the encoder runs on a delta's device tensor: count, then collect,
-  // in 1 M-element chunks (two passes over cur and the shadow).
-  const uint32_t ce = 1u << 20;
-  const uint64_t nchunks = (n + ce - 1) / ce;
-  size_t csb = 0;
-  CK(kernels::cuda::changes_scratch_bytes(n, ce, &csb));
-  void *cscratch, *offs;
-  CK(cudaMalloc(&cscratch, csb));
-  CK(cudaMalloc(&offs, (nchunks + 1) * 8));
-  CK(cudaMemcpy(shadow, old, bytes, cudaMemcpyDeviceToDevice));
-  CK(kernels::cuda::count_changes(cur, shadow, n, es, ce, static_cast<uint64_t*>(offs), cscratch, csb, st));
-  uint64_t total = 0;
-  CK(cudaMemcpy(&total, static_cast<uint64_t*>(offs) + nchunks, 8, cudaMemcpyDeviceToHost));
-  void *cpos, *cold, *cnew;
-  CK(cudaMalloc(&cpos, total * 4 + 4));
-  CK(cudaMalloc(&cold, total * es + 4));
-  CK(cudaMalloc(&cnew, total * es + 4));
-  double best_cc = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaMemcpy(shadow, old, bytes, cudaMemcpyDeviceToDevice));
-    cudaEventRecord(e0, st);
-    CK(kernels::cuda::count_changes(cur, shadow, n, es, ce, static_cast<uint64_t*>(offs), cscratch, csb, st));
-    CK(kernels::cuda::collect_changes(cur, shadow, n, es, ce, static_cast<uint32_t*>(cpos), cold, cnew, cscratch, csb, st));
-    cudaEventRecord(e1, st);
-    CK(cudaEventSynchronize(e1));
-    cudaEventElapsedTime(&ms, e0, e1);
-    best_cc = std::min(best_cc, ms / 1e3);
-  }
-  const double cc_bw = 2.0 * bytes / best_cc / 1e9;
-  printf("whole-buffer extraction (count + collect): %.1f GB/s of buffer pair (%.2f x the copy bandwidth), %.2f ms, "
-         "%llu changes\n",
-         cc_bw, cc_bw / copy_bw, best_cc * 1e3, (unsigned long long)total);
-
-  // Base verification's read: the block sums of the whole buffer (1 M-element blocks), read once.
-  const uint64_t block_bytes = uint64_t(1) << 21;
-  uint32_t* sums;
-  CK(cudaMalloc(&sums, (bytes / block_bytes + 1) * 8));
-  double best_sum = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(e0, st);
-    CK(kernels::cuda::block_sums(cur, bytes, block_bytes, sums, st));
-    cudaEventRecord(e1, st);
-    CK(cudaEventSynchronize(e1));
-    cudaEventElapsedTime(&ms, e0, e1);
-    best_sum = std::min(best_sum, ms / 1e3);
-  }
-  const double sum_bw = bytes / best_sum / 1e9;
-  printf("block sums:  %.1f GB/s read (%.2f x the copy bandwidth), %.2f ms for %.2f GiB\n", sum_bw, sum_bw / copy_bw,
-         best_sum * 1e3, bytes / double(1ull << 30));
-
+  Setup s;
+  s.reps = reps;
+  if (make_setup(gib, density, s)) return 1;
+  double copy_bw = 0;
+  if (measure_copy(s, &copy_bw) || measure_chunk_extraction(s, copy_bw) || measure_whole_extraction(s, copy_bw) ||
+      measure_block_sums(s, copy_bw))
+    return 1;
   // The full GPU path of one step through the codec (device extraction, host coding), then apply.
-  return measure_steps(n, bytes, old, cur, h_old, h_new);
+  return measure_steps(s.n, s.bytes, s.old, s.cur, s.h_old, s.h_new);
 }
