@@ -19,12 +19,8 @@
 using namespace sparrow;
 using namespace sparrow::kernels::cpu;
 
-int main(int argc, char** argv) {
-  gen::GenOptions go;
-  go.model = "qwen3-8b";
-  go.layers = 1;
-  go.vocab = 151936 / 8;
-  int steps = 5;
+// Fills go and steps; returns -1 to go on, or the exit status (--help, bad arguments).
+static int parse_opts(int argc, char** argv, gen::GenOptions& go, int& steps) {
   static option longopts[] = {{"model", 1, 0, 'm'}, {"layers", 1, 0, 'l'}, {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   const char* P = "sparrow-codec-demo";
@@ -50,6 +46,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "sparrow-codec-demo: --steps must be >= 1 and --layers >= 0\n");
     return 2;
   }
+  return -1;
+}
+
+int main(int argc, char** argv) {
+  gen::GenOptions go;
+  go.model = "qwen3-8b";
+  go.layers = 1;
+  go.vocab = 151936 / 8;
+  int steps = 5;
+  if (int rc = parse_opts(argc, argv, go, steps); rc >= 0) return rc;
   auto gr = gen::UpdateGenerator::create(go);
   if (!gr.ok()) {
     fprintf(stderr, "sparrow-codec-demo: %s\n", gr.status().to_string().c_str());

@@ -30,20 +30,26 @@ using namespace sparrow;
 
 using bench::timed_collective;
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Opts {
   std::string model = "qwen3-4b";
   int64_t layers = 1, vocab = 1024;
   int steps = 10;
+};
+
+// Fills `o`; returns -1 to go on, or the exit status (--help).
+int parse_opts(int argc, char** argv, Opts& o) {
   static option longopts[] = {{"model", 1, 0, 'm'}, {"layers", 1, 0, 'l'}, {"vocab", 1, 0, 'v'},
                               {"steps", 1, 0, 's'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
   const char* P = "sparrow-weight-sync";
   opterr = 0;  // our own one-line messages
   for (int c; (c = getopt_long(argc, argv, "h", longopts, nullptr)) != -1;) {
     switch (c) {
-      case 'm': model = optarg; break;
-      case 'l': layers = args::integer(P, "--layers", optarg, 1, 1000); break;
-      case 'v': vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
-      case 's': steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
+      case 'm': o.model = optarg; break;
+      case 'l': o.layers = args::integer(P, "--layers", optarg, 1, 1000); break;
+      case 'v': o.vocab = args::integer(P, "--vocab", optarg, 1, 1 << 24); break;
+      case 's': o.steps = int(args::integer(P, "--steps", optarg, 1, 100000)); break;
       case 'h':
         printf("usage: mpirun -np N sparrow-weight-sync [options]\n"
                "Rank 0 is the trainer, the others rollout workers: RL steps of a scaled model pushed with\n"
@@ -56,10 +62,11 @@ int main(int argc, char** argv) {
       default: args::unknown(P, argv[optind - 1]);
     }
   }
-  MPI_Init(&argc, &argv);
-  int rank, n;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return -1;
+}
+
+// Rank 0 makes the id and MPI hands it to the others, as with NCCL.
+sparrowComm_t init_comm(int rank, int n) {
   sparrowUniqueId id;
   if (rank == 0 && sparrowGetUniqueId(&id) != sparrowSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -68,69 +75,135 @@ int main(int argc, char** argv) {
     fprintf(stderr, "rank %d: %s\n", rank, sparrowGetLastError(nullptr));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  // The trainer holds the optimizer; workers only the bf16 weights.
+  return comm;
+}
+
+// The model's bf16 weights: the trainer's (with its optimizer) on rank 0, a worker's copy elsewhere.
+struct Model {
   std::unique_ptr<gen::UpdateGenerator> trainer;
   std::vector<kernels::cpu::TensorSpec> specs;
   std::vector<std::vector<uint8_t>> weights;
   std::vector<void*> ptr;
-  {
-    gen::GenOptions go;
-    go.model = model;
-    go.layers = layers;
-    go.vocab = vocab;
-    auto m = gen::open_model(go, rank == 0);
-    if (!m.ok()) {
-      fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str());
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    trainer = std::move(m->gen);
-    specs = std::move(m->tensors);
-  }
-  if (trainer) {
-    ptr = trainer->mutable_buffers();
-  } else {
-    for (auto& s : specs) weights.emplace_back(s.bytes(), 0);
-    for (auto& w : weights) ptr.push_back(w.data());
-  }
   double dense_bytes = 0;
-  for (auto& s : specs) dense_bytes += double(s.bytes());
-  // Lower bound from the emulated scenario, when there is one.
-  double uplink = 0, delay = 0;
-  if (const char* sc = getenv("WANEMU_SCENARIO")) {
-    auto s = wanemu::load_scenario(sc);
-    if (s.ok() && int(s->hosts.size()) >= n && s->hosts[0].up_mbit > 0) {
-      uplink = s->hosts[0].up_mbit * 1e6 / 8;
-      for (int r = 1; r < n; ++r) {
-        const auto* l = s->link(s->hosts[0].region, s->hosts[r].region);
-        delay = std::max(delay, l ? l->delay_ms / 1e3 : s->default_delay_ms / 1e3);
-      }
-    }
+};
+
+Model open_weights(const Opts& o, int rank) {
+  Model m;
+  gen::GenOptions go;
+  go.model = o.model;
+  go.layers = o.layers;
+  go.vocab = o.vocab;
+  auto om = gen::open_model(go, rank == 0);
+  if (!om.ok()) {
+    fprintf(stderr, "rank %d: %s\n", rank, om.status().to_string().c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  auto sparse = [&] {
-    sparrowGroupStart();
-    for (size_t t = 0; t < specs.size(); ++t)
-      sparrowSparseBcast(ptr[t], ptr[t], specs[t].count, sparrowBfloat16, 0, comm, nullptr);
-    return int(sparrowGroupEnd());
-  };
-  auto dense = [&] {
-    sparrowGroupStart();
-    for (size_t t = 0; t < specs.size(); ++t)
-      sparrowBroadcast(ptr[t], ptr[t], specs[t].count, sparrowBfloat16, 0, comm, nullptr);
-    return int(sparrowGroupEnd());
-  };
-  auto check = [&] {
-    uint64_t h = 0;
-    for (size_t t = 0; t < specs.size(); ++t) h ^= XXH3_64bits(ptr[t], specs[t].bytes()) + t;
-    uint64_t h0 = h;
-    MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    int mine = h != h0, wrong = 0;
-    MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-    return wrong;
-  };
+  m.trainer = std::move(om->gen);
+  m.specs = std::move(om->tensors);
+  if (m.trainer) {
+    m.ptr = m.trainer->mutable_buffers();
+  } else {
+    for (auto& s : m.specs) m.weights.emplace_back(s.bytes(), 0);
+    for (auto& w : m.weights) m.ptr.push_back(w.data());
+  }
+  for (auto& s : m.specs) m.dense_bytes += double(s.bytes());
+  return m;
+}
+
+// The lower bound's terms from the emulated scenario, when there is one (else zero): the trainer's
+// uplink (bytes per second) and the one-way delay to the farthest worker.
+struct Bound {
+  double uplink = 0, delay = 0;
+};
+
+Bound scenario_bound(int n) {
+  Bound b;
+  const char* sc = getenv("WANEMU_SCENARIO");
+  if (!sc) return b;
+  auto s = wanemu::load_scenario(sc);
+  if (!s.ok() || int(s->hosts.size()) < n || s->hosts[0].up_mbit <= 0) return b;
+  b.uplink = s->hosts[0].up_mbit * 1e6 / 8;
+  for (int r = 1; r < n; ++r) {
+    const auto* l = s->link(s->hosts[0].region, s->hosts[r].region);
+    b.delay = std::max(b.delay, l ? l->delay_ms / 1e3 : s->default_delay_ms / 1e3);
+  }
+  return b;
+}
+
+// Every tensor in one group: the sparse push of a step, or a plain dense broadcast.
+int sync_all(const Model& m, sparrowComm_t comm, bool sparse) {
+  sparrowGroupStart();
+  for (size_t t = 0; t < m.specs.size(); ++t) {
+    if (sparse) sparrowSparseBcast(m.ptr[t], m.ptr[t], m.specs[t].count, sparrowBfloat16, 0, comm, nullptr);
+    else sparrowBroadcast(m.ptr[t], m.ptr[t], m.specs[t].count, sparrowBfloat16, 0, comm, nullptr);
+  }
+  return int(sparrowGroupEnd());
+}
+
+// How many workers' weights differ from the trainer's (on rank 0; a hash of every tensor).
+int count_wrong(const Model& m) {
+  uint64_t h = 0;
+  for (size_t t = 0; t < m.specs.size(); ++t) h ^= XXH3_64bits(m.ptr[t], m.specs[t].bytes()) + t;
+  uint64_t h0 = h;
+  MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  int mine = h != h0, wrong = 0;
+  MPI_Reduce(&mine, &wrong, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  return wrong;
+}
+
+// What the summary adds up (rank 0).
+struct Totals {
+  double t = 0, wire = 0, bound = 0, density = 0;
+  int bad_steps = 0;
+};
+
+void print_step(int s, const Model& m, sparrowComm_t comm, const Bound& b, double t, int wrong, Totals& tot) {
+  sparrowStats st;
+  sparrowCommGetStats(comm, &st);
+  double bound = b.uplink > 0 ? double(st.wireBytes) / b.uplink + b.delay : 0;
+  printf("%5d %8.3f%% %10.1f %10.3f %7.0fx %10.1f %10s %9s %7s\n", s, 100 * st.density, m.dense_bytes / 1e6,
+         st.wireBytes / 1e6, m.dense_bytes / double(st.wireBytes), t * 1e3,
+         bound > 0 ? std::to_string(int(bound * 1e3 + 0.5)).c_str() : "-",
+         bound > 0 ? (std::to_string(t / bound).substr(0, 4) + "x").c_str() : "-", wrong ? "NO" : "yes");
+  fflush(stdout);
+  tot.t += t;
+  tot.wire += double(st.wireBytes);
+  tot.bound += bound;
+  tot.density += st.density;
+  tot.bad_steps += wrong != 0;
+}
+
+void print_summary(const Opts& o, int n, const Model& m, const Totals& tot, double t_dense) {
+  const int steps = o.steps;
+  printf("\nsummary over %d steps (%d ranks):\n", steps, n);
+  printf("  mean density            %.3f%%\n", 100 * tot.density / steps);
+  printf("  dense / wire per step   %.1f MB / %.3f MB  (%.0fx smaller)\n", m.dense_bytes / 1e6, tot.wire / steps / 1e6,
+         m.dense_bytes * steps / tot.wire);
+  printf("  sync time per step      sparse %.1f ms; dense broadcast %.1f ms, measured once (%.1fx faster)\n",
+         tot.t / steps * 1e3, t_dense * 1e3, t_dense / (tot.t / steps));
+  if (tot.bound > 0)
+    printf("  lower bound per step    %.1f ms  (sparse is %.2fx the bound)\n", tot.bound / steps * 1e3, tot.t / tot.bound);
+  printf("  bit-exact on every worker, every step: %s\n", tot.bad_steps ? "NO" : "yes");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Opts o;
+  if (int rc = parse_opts(argc, argv, o); rc >= 0) return rc;
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  sparrowComm_t comm = init_comm(rank, n);
+  Model m = open_weights(o, rank);
+  const Bound b = scenario_bound(n);
+  auto sparse = [&] { return sync_all(m, comm, true); };
+  auto dense = [&] { return sync_all(m, comm, false); };
   if (rank == 0) {
     printf("sparrow weight-sync demo: %s scaled to %lld layer(s), vocab %lld: %.0f M bf16 weights (%.0f MB), %d ranks%s\n",
-           model.c_str(), (long long)layers, (long long)vocab, dense_bytes / 2e6, dense_bytes / 1e6, n,
-           uplink > 0 ? "" : " (no emulated WAN: lower bound not shown)");
+           o.model.c_str(), (long long)o.layers, (long long)o.vocab, m.dense_bytes / 2e6, m.dense_bytes / 1e6, n,
+           b.uplink > 0 ? "" : " (no emulated WAN: lower bound not shown)");
     fflush(stdout);
   }
   int rc = 0;
@@ -138,7 +211,9 @@ int main(int argc, char** argv) {
   if (rc) MPI_Abort(MPI_COMM_WORLD, 1);
   double t_dense = timed_collective(rank, 0, n, true, dense, &rc);  // what a plain dense broadcast of the model costs
   if (rc) MPI_Abort(MPI_COMM_WORLD, 1);
-  int wrong = check();
+  Totals tot;
+  const int wrong = count_wrong(m);
+  tot.bad_steps = wrong ? 1 : 0;
   if (rank == 0) {
     printf("first sync (full version): %.2f s; dense broadcast of the model: %.2f s%s\n\n", t_first, t_dense,
            wrong ? "  WRONG BITS" : "");
@@ -147,44 +222,18 @@ int main(int argc, char** argv) {
            "bound ms", "x bound", "exact");
     fflush(stdout);
   }
-  double sum_t = 0, sum_w = 0, sum_b = 0, sum_d = 0;
-  int bad_steps = wrong ? 1 : 0;
-  for (int s = 1; s <= steps; ++s) {
-    if (rank == 0) trainer->step();
+  for (int s = 1; s <= o.steps; ++s) {
+    if (rank == 0) m.trainer->step();
     double t = timed_collective(rank, 0, n, true, sparse, &rc);
     if (rc) {
       if (rank == 0) fprintf(stderr, "step %d failed: %s\n", s, sparrowGetLastError(comm));
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    int w = check();
-    if (rank == 0) {
-      sparrowStats st;
-      sparrowCommGetStats(comm, &st);
-      double bound = uplink > 0 ? double(st.wireBytes) / uplink + delay : 0;
-      printf("%5d %8.3f%% %10.1f %10.3f %7.0fx %10.1f %10s %9s %7s\n", s, 100 * st.density, dense_bytes / 1e6,
-             st.wireBytes / 1e6, dense_bytes / double(st.wireBytes), t * 1e3,
-             bound > 0 ? std::to_string(int(bound * 1e3 + 0.5)).c_str() : "-",
-             bound > 0 ? (std::to_string(t / bound).substr(0, 4) + "x").c_str() : "-", w ? "NO" : "yes");
-      fflush(stdout);
-      sum_t += t;
-      sum_w += double(st.wireBytes);
-      sum_b += bound;
-      sum_d += st.density;
-      bad_steps += w != 0;
-    }
+    const int w = count_wrong(m);
+    if (rank == 0) print_step(s, m, comm, b, t, w, tot);
   }
-  if (rank == 0) {
-    printf("\nsummary over %d steps (%d ranks):\n", steps, n);
-    printf("  mean density            %.3f%%\n", 100 * sum_d / steps);
-    printf("  dense / wire per step   %.1f MB / %.3f MB  (%.0fx smaller)\n", dense_bytes / 1e6, sum_w / steps / 1e6,
-           dense_bytes * steps / sum_w);
-    printf("  sync time per step      sparse %.1f ms; dense broadcast %.1f ms, measured once (%.1fx faster)\n",
-           sum_t / steps * 1e3, t_dense * 1e3,
-           t_dense / (sum_t / steps));
-    if (sum_b > 0) printf("  lower bound per step    %.1f ms  (sparse is %.2fx the bound)\n", sum_b / steps * 1e3, sum_t / sum_b);
-    printf("  bit-exact on every worker, every step: %s\n", bad_steps ? "NO" : "yes");
-  }
+  if (rank == 0) print_summary(o, n, m, tot, t_dense);
   sparrowCommDestroy(comm);
   MPI_Finalize();
-  return bad_steps ? 1 : 0;
+  return tot.bad_steps ? 1 : 0;
 }
