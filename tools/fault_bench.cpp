@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -384,9 +385,14 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A random fault: a receiver, a step away from the first (the agreement) and the last two (the last
-// five when it is replaced), a moment from the step's start to about two normal steps later
-// (mid-step or between steps).
+// Time a replacement needs before the root's last step: the root drops the dead member at its next
+// operation, the joiner tries again every 50 ms until its streams are taken, and the root admits it
+// at the start of an operation after that.
+constexpr double kJoinRoomS = 0.1;
+
+// A random fault: a receiver, a step away from the first (the agreement) and the last two (when it
+// is replaced, the last five steps and kJoinRoomS at the normal step time so far), a moment from
+// the step's start to about two normal steps later (mid-step or between steps).
 Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   Plan p;
   p.victim = 1 + int(rng() % uint64_t(o.ranks - 1));
@@ -394,9 +400,13 @@ Plan random_plan(std::mt19937_64& rng, const Options& o, double normal_s) {
   p.fault = rng() % 2 ? Fault::kKill : Fault::kStop;
   p.delay_us = int(rng() % uint64_t(std::max(1000.0, 2e6 * normal_s)));
   p.rejoin = p.fault == Fault::kKill && rng() % 2;
-  // A replaced victim dies at least 5 steps before the end: the root admits a joiner at the start of
-  // an operation, and the last steps (~20 ms each) can end before the new process has connected.
-  if (p.rejoin) p.step = 2 + (p.step - 2) % std::max(1, o.steps - 7);
+  // A replaced victim dies early enough for its replacement to be admitted: with 8 ms steps, 5 steps
+  // were too few (one of 28 replacements found no broadcast left).
+  if (p.rejoin) {
+    const int room = std::max(5, int(std::ceil(kJoinRoomS / std::max(normal_s, 1e-3))));
+    const int last = std::max(2, o.steps - 1 - room);  // the latest step to kill it in
+    p.step = 2 + (p.step - 2) % std::max(1, last - 1);
+  }
   return p;
 }
 
