@@ -152,15 +152,7 @@ class BitReader {
     }
   }
   uint64_t pos() const { return pos_; }
-  // Fast path: true when 8 whole bytes can be loaded at the current position, so peek_fast() returns
-  // at least 57 valid bits.
-  bool fast_ok() const { return (pos_ >> 3) + 8 <= b_.size(); }
-  uint64_t peek_fast() const {
-    uint64_t w;
-    memcpy(&w, b_.data() + (pos_ >> 3), 8);
-    return w >> (pos_ & 7);
-  }
-  void skip(int n) { pos_ += n; }
+  // Moves to bit `bit` (at most the end): where a faster decoder that read ahead stopped.
   void seek(uint64_t bit) { pos_ = std::min(bit, total_); }
 
  private:

@@ -245,13 +245,12 @@ std::vector<uint64_t> exact_positions(uint64_t n, uint64_t k, uint64_t& s) {
     v.erase(v.begin(), v.begin() + ptrdiff_t(drop));
     return v;
   }
-  std::vector<uint64_t> sorted = v;  // ascending already: the gaps only move forward
-  std::vector<uint64_t> added;
-  while (v.size() < k) {  // add uniform others (rejection: they are few)
+  const size_t drawn = v.size();  // v[0, drawn) is ascending: the gaps only move forward
+  while (v.size() < k) {           // add uniform others (rejection: they are few)
     const uint64_t p = below(s, n);
-    if (std::binary_search(sorted.begin(), sorted.end(), p) || std::find(added.begin(), added.end(), p) != added.end())
+    if (std::binary_search(v.begin(), v.begin() + ptrdiff_t(drawn), p) ||
+        std::find(v.begin() + ptrdiff_t(drawn), v.end(), p) != v.end())
       continue;
-    added.push_back(p);
     v.push_back(p);
   }
   return v;

@@ -130,7 +130,6 @@ TEST(Relay, LostParentIsPeerLostNotATimeout) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
-// One lost child does not cost its siblings the operation.
 // A sender with several children shares its uplink's streams among them (SPARROW_SHARE_STREAMS):
 // over real sockets, each of three children gets a 4 MB message on one of its 4 streams, a child
 // alone gets it on all four, and with the sharing off each of three gets it on more than one.
@@ -159,6 +158,7 @@ TEST(Relay, FanoutSharesTheSendersStreamsAmongItsChildren) {
   for (int s : off) EXPECT_GT(s, 1);
 }
 
+// One lost child does not cost its siblings the operation.
 TEST(Relay, FanoutDropsALostChildAndTheOthersGoOn) {
   auto nets = test::make_nets("loopback", 3);
   ASSERT_EQ(nets.size(), 3u);
