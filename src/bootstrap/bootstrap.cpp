@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 
+#include <pthread.h>
+
 #include "core/log.h"
 #include "format/bits.h"
 #include "transport/auth.h"
@@ -276,6 +278,26 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
 std::mutex g_mu;
 std::vector<std::shared_ptr<Store>> g_stores;
 
+// A process forked after sparrowGetUniqueId inherits copies of its stores without their threads:
+// joining or closing them there would wait for a thread that does not exist in the child (forever)
+// or close the parent's sockets' twins. The child drops them unlooked-at into a list that is never
+// destroyed; the parent's stores keep serving.
+std::vector<std::shared_ptr<Store>>* g_inherited = nullptr;
+void before_fork() { g_mu.lock(); }
+void after_fork_parent() { g_mu.unlock(); }
+void after_fork_child() {
+  if (!g_stores.empty()) {
+    if (!g_inherited) g_inherited = new std::vector<std::shared_ptr<Store>>;
+    for (auto& s : g_stores) g_inherited->push_back(std::move(s));
+    g_stores.clear();
+  }
+  g_mu.unlock();
+}
+void watch_forks_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(before_fork, after_fork_parent, after_fork_child); });
+}
+
 void reap_locked() {
   for (auto it = g_stores.begin(); it != g_stores.end();) {
     if ((*it)->finished()) {
@@ -318,6 +340,7 @@ Result<IdData> create_id() {
   d.secret.resize(16);
   SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(d.secret.data(), 16));
   SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(&d.comm_id, 8));
+  watch_forks_once();
   auto store = std::make_shared<Store>();
   SPARROW_RETURN_IF_ERROR(store->start(d));
   d.store_address = store->address();

@@ -1,11 +1,15 @@
 #include "bootstrap/bootstrap.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
 #include "core/params.h"
 #include "harness/net_harness.h"
+#include "sparrow/sparrow.h"
 
 namespace sparrow::bootstrap {
 namespace {
@@ -176,6 +180,46 @@ TEST(Store, FreeSlotsGoToOneJoinerAtATime) {
     auto full = claim_slot(id.value(), 5000, d);
     EXPECT_EQ(full.status().message(), kAllClaimed);
   }
+}
+
+// The "make the id, then fork the workers" pattern: the forked ranks inherit a copy of the store
+// without its thread. An elastic communicator's destroy ends its process's store; in a child that
+// must not touch the inherited copy (it joined a thread that does not exist there: a hang for good).
+// SIGALRM bounds each child: a hang fails the test instead of the suite.
+int forked_elastic_rank(const sparrowUniqueId& id, int rank) {
+  alarm(30);
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  cfg.leaseMs = 3000;
+  sparrowComm_t comm = nullptr;
+  if (sparrowCommInitRankConfig(&comm, 2, id, rank, &cfg) != sparrowSuccess) return 2;
+  std::vector<uint16_t> w(4096, uint16_t(0x3c00)), got(4096, 0);
+  if (sparrowSparseBcast(rank == 0 ? w.data() : nullptr, rank == 0 ? nullptr : got.data(), w.size(), sparrowBfloat16,
+                         0, comm, nullptr) != sparrowSuccess)
+    return 3;
+  if (rank == 1 && got != w) return 4;
+  if (sparrowCommDestroy(comm) != sparrowSuccess) return 5;
+  return 0;
+}
+
+TEST(Store, RanksForkedAfterTheIdWasMadeDestroyAtOnce) {
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = fork();
+    ASSERT_GE(pids[r], 0);
+    if (pids[r] == 0) _exit(forked_elastic_rank(id, r));
+  }
+  for (int r = 0; r < 2; ++r) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pids[r], &st, 0), pids[r]);
+    EXPECT_TRUE(WIFEXITED(st)) << "rank " << r << " was killed by signal " << WTERMSIG(st)
+                               << (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (it hung)" : "");
+    if (WIFEXITED(st)) EXPECT_EQ(WEXITSTATUS(st), 0) << "rank " << r;
+  }
+  // The parent's store still serves: a child's destroy did not end it.
+  EXPECT_GE(live_stores(), 1u);
 }
 
 }  // namespace
