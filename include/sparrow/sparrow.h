@@ -163,6 +163,19 @@ sparrowResult_t sparrowCommGetAsyncError(sparrowComm_t comm, sparrowResult_t* as
 /* A static, human-readable name of a result code. Any thread; never NULL. */
 const char* sparrowGetErrorString(sparrowResult_t result);
 
+/* The value of setting SPARROW_<name> (name without the prefix, e.g. "TIMEOUT_S") as the library
+ * resolves it (override, environment, config file, default), in canonical form: an integer in
+ * decimal with any K/M/G suffix applied, a boolean as "0" or "1", a string as given; NUL-terminated
+ * into value (len bytes; *needed, if not NULL, gets the size required). value NULL with len 0 asks
+ * for the size only. Errors: sparrowInvalidArgument for an unknown name, a configured value the
+ * library rejects (the message says why) or a buffer too small. Any thread. */
+sparrowResult_t sparrowGetSetting(const char* name, char* value, size_t len, size_t* needed);
+
+/* Whether a failing call also writes its message to stderr as a WARN line (1, the default) or only
+ * returns it (0: sparrowGetLastError still has it). Language bindings that raise the message as an
+ * exception set 0, so that each error is reported once. Process-wide; any thread. */
+sparrowResult_t sparrowSetErrorEcho(int echo);
+
 /* The message of the last error on this communicator (or, with comm == NULL, of the last failed call
  * on this thread), naming the peer rank and address where one was involved. Valid until the next
  * call on the same thread; never NULL. */

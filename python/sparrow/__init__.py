@@ -25,12 +25,15 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from . import _sparrow
 
 __all__ = [
-    "get_unique_id", "version", "Communicator", "WeightSync", "Error", "UnhandledCudaError", "SystemError",
+    "get_unique_id", "version", "setting", "Communicator", "WeightSync", "Error", "UnhandledCudaError", "SystemError",
     "InternalError", "InvalidArgument", "InvalidUsage", "RemoteError", "InProgress", "Timeout", "PeerLost",
     "VersionMismatch", "CorruptData", "AuthError", "UNIQUE_ID_BYTES", "DTYPES",
 ]
 
 UNIQUE_ID_BYTES: int = _sparrow.UNIQUE_ID_BYTES
+_v = _sparrow.version()
+__version__: str = f"{_v // 10000}.{_v // 100 % 100}.{_v % 100}"  # the loaded library's
+del _v
 
 
 # ---- errors ----------------------------------------------------------------------------------------
@@ -195,6 +198,16 @@ def version() -> int:
     return _sparrow.version()
 
 
+def setting(name: str) -> str:
+    """The value of setting SPARROW_<name> (e.g. "TIMEOUT_S") as the library resolves it (environment,
+    config file, default), in canonical form: integers in decimal with K/M/G applied, booleans as
+    "0"/"1". Raises InvalidArgument for an unknown name or a value the library rejects."""
+    rc, value = _sparrow.setting(name)
+    if rc != 0:
+        _raise(rc, value)
+    return value
+
+
 def _env_int(names: Tuple[str, ...], what: str) -> int:
     for n in names:
         v = os.environ.get(n)
@@ -206,45 +219,123 @@ def _env_int(names: Tuple[str, ...], what: str) -> int:
     raise InvalidArgument(f"{what}: none of {', '.join(names)} is set", 4)
 
 
+_ID_MAGIC = b"SPRWID01"  # what rank 0's id port sends first: a rank that reached another service says so
+_PORT_HINT = ("initialise torch.distributed first (sparrow then shares the id through its store), pass "
+              "from_env(store=...) a torch.distributed Store, or set SPARROW_MASTER_PORT to a port nothing else uses")
+
+
 def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> bytes:
     """Rank 0 makes the id and hands it to every other rank over one TCP port (like torch.distributed's
     MASTER_ADDR/MASTER_PORT store). The id is a credential: use a port on a trusted network."""
-    deadline = time.monotonic() + timeout
     if rank == 0:
         uid = get_unique_id()
-        with socket.create_server((addr, port), reuse_port=False) as srv:
-            srv.settimeout(timeout)
-            for _ in range(nranks - 1):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s", 8)
-                srv.settimeout(left)
-                try:
-                    conn, _peer = srv.accept()
-                except socket.timeout:
-                    raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s",
-                                  8) from None
-                with conn:
-                    conn.sendall(uid)
+        try:
+            srv = socket.create_server((addr, port), reuse_port=False)
+        except OSError as e:
+            raise InvalidUsage(f"rank 0 cannot serve the communicator id on {addr}:{port} ({e.strerror}; another "
+                               f"service, e.g. torch.distributed's store, may hold it): {_PORT_HINT}", 5) from None
+        with srv:
+            _serve_id(srv, uid, nranks, addr, port, timeout)
         return uid
+    return _fetch_id(rank, addr, port, timeout)
+
+
+def _serve_id(srv: socket.socket, uid: bytes, nranks: int, addr: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for _ in range(nranks - 1):
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise socket.timeout
+            srv.settimeout(left)
+            conn, _peer = srv.accept()
+        except socket.timeout:
+            raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s", 8) from None
+        with conn:
+            conn.sendall(_ID_MAGIC + uid)
+
+
+def _fetch_id(rank: int, addr: str, port: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    want = len(_ID_MAGIC) + UNIQUE_ID_BYTES
     last = None
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((addr, port), timeout=max(0.1, deadline - time.monotonic())) as s:
                 buf = b""
-                while len(buf) < UNIQUE_ID_BYTES:
-                    chunk = s.recv(UNIQUE_ID_BYTES - len(buf))
+                while len(buf) < want:
+                    chunk = s.recv(want - len(buf))
                     if not chunk:
                         break
                     buf += chunk
-                if len(buf) == UNIQUE_ID_BYTES:
-                    return buf
+                    if not _ID_MAGIC.startswith(buf[:len(_ID_MAGIC)]):
+                        raise InvalidUsage(f"rank {rank}: {addr}:{port} is not sparrow's rank 0 serving the "
+                                           f"communicator id (another service answered): {_PORT_HINT}", 5)
+                if len(buf) == want:
+                    return buf[len(_ID_MAGIC):]
                 last = f"short read ({len(buf)} bytes)"
         except OSError as e:  # rank 0 not listening yet
             last = str(e)
         time.sleep(0.05)
     raise Timeout(f"rank {rank}: could not fetch the communicator id from {addr}:{port} within {timeout:g} s "
-                  f"({last})", 8)
+                  f"({last}); if torch.distributed uses that port: {_PORT_HINT}", 8)
+
+
+_store_ids = 0  # communicators made through a torch.distributed store by this process (the key's number)
+
+
+def _share_id_by_store(store: Any, rank: int, timeout: float) -> bytes:
+    """The id through a torch.distributed Store (set by rank 0, read by the others): no second port.
+    Every rank must make its communicators through the store in the same order."""
+    global _store_ids
+    _store_ids += 1
+    key = f"sparrow/unique_id/{_store_ids}"
+    if rank == 0:
+        uid = get_unique_id()
+        store.set(key, uid)
+        return uid
+    try:
+        import datetime
+        store.set_timeout(datetime.timedelta(seconds=timeout))
+    except (AttributeError, RuntimeError):
+        pass
+    try:
+        uid = bytes(store.get(key))
+    except RuntimeError as e:  # the store's own timeout or a closed store
+        raise Timeout(f"rank {rank}: the communicator id did not appear in the torch.distributed store under "
+                      f"{key!r} within {timeout:g} s ({e})", 8) from None
+    if len(uid) != UNIQUE_ID_BYTES:
+        raise InvalidUsage(f"rank {rank}: the torch.distributed store's {key!r} holds {len(uid)} bytes, not a "
+                           f"sparrow id", 5)
+    return uid
+
+
+def _default_torch_store() -> Any:
+    """The default process group's store when torch.distributed is initialised, else None."""
+    import sys
+    torch = sys.modules.get("torch")  # only if the program imported it: no import cost otherwise
+    if torch is None:
+        return None
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    try:
+        from torch.distributed import distributed_c10d
+        return distributed_c10d._get_default_store()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def _master_port() -> int:
+    name = "SPARROW_MASTER_PORT" if "SPARROW_MASTER_PORT" in os.environ else "MASTER_PORT"
+    port_s = os.environ.get(name, "29500")
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise InvalidArgument(f"{name}={port_s!r} is not a port number", 4) from None
+    if not 0 < port < 65536:
+        raise InvalidArgument(f"{name}={port} is not in 1..65535", 4)
+    return port
 
 
 def _check_lease_and_region(lease_ms: Any, region: Any) -> None:
@@ -301,30 +392,32 @@ class Communicator:
             _raise(self._c.init_result, self._c.init_error)
         self._group_depth = 0
         self._group_keep: List[_Buffer] = []
+        self._group_ops: List[Any] = []  # the calls of an open group(), run when it ends
         self._staged_keep: List[_Buffer] = []  # tensors a staged step reads until commit()
 
     @classmethod
-    def from_env(cls, timeout: Optional[float] = None, **options: Any) -> "Communicator":
+    def from_env(cls, timeout: Optional[float] = None, store: Any = None, **options: Any) -> "Communicator":
         """Rank and size from RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (mpirun) or
-        PMI_RANK/PMI_SIZE; the id travels from rank 0 over MASTER_ADDR:MASTER_PORT (default
-        127.0.0.1:29500), as with torch.distributed's env:// init. Pick a MASTER_PORT that
-        torch.distributed does not use at the same time. `options`: elastic, lease_ms, region, as
-        for the constructor."""
+        PMI_RANK/PMI_SIZE. The id travels from rank 0 through `store` (a torch.distributed Store),
+        else through torch.distributed's default store when it is initialised, else over
+        MASTER_ADDR:SPARROW_MASTER_PORT (MASTER_PORT when unset; default 127.0.0.1:29500), as with
+        torch.distributed's env:// init. `timeout`: seconds (default SPARROW_TIMEOUT_S). `options`:
+        elastic, lease_ms, region, as for the constructor."""
         rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "this process's rank")
         size = _env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "the number of ranks")
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        port_s = os.environ.get("MASTER_PORT", "29500")
-        try:
-            port = int(port_s)
-        except ValueError:
-            raise InvalidArgument(f"MASTER_PORT={port_s!r} is not a port number", 4) from None
-        if not 0 < port < 65536:
-            raise InvalidArgument(f"MASTER_PORT={port} is not in 1..65535", 4)
         if not 0 <= rank < size:
             raise InvalidArgument(f"rank {rank} is not in [0, {size})", 4)
         if timeout is None:
-            timeout = float(os.environ.get("SPARROW_TIMEOUT_S", "300"))
-        uid = _share_id(rank, size, addr, port, timeout)
+            timeout = float(setting("TIMEOUT_S"))
+        if store is None:
+            store = _default_torch_store()
+        if store is not None:
+            if not (hasattr(store, "set") and hasattr(store, "get")):
+                raise InvalidArgument(f"store must be a torch.distributed Store, got {type(store).__name__}", 4)
+            uid = _share_id_by_store(store, rank, timeout)
+        else:
+            addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            uid = _share_id(rank, size, addr, _master_port(), timeout)
         return cls(size, uid, rank, **options)
 
     # -- identity
@@ -379,13 +472,13 @@ class Communicator:
         it was modified, VersionMismatch is raised with the buffer untouched, and the next call
         repairs it. Returns the receiving tensor."""
         src, dst, send, recv = self._buffers(tensor, out, root, "sparse_broadcast")
-        self._check(self._c.sparse_bcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+        self._call(0, send, recv, src, dst, root)
         return dst.obj
 
     def broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
         """Dense broadcast (sparrowBroadcast) of `tensor` from `root`, into `out` or in place."""
         src, dst, send, recv = self._buffers(tensor, out, root, "broadcast")
-        self._check(self._c.broadcast(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+        self._call(1, send, recv, src, dst, root)
         return dst.obj
 
     def stage(self, tensor: Any, root: int = 0, out: Any = None) -> None:
@@ -395,7 +488,7 @@ class Communicator:
         new version. On the root it is sparse_broadcast. Inside group(), the group is one staged step."""
         src, dst, send, recv = self._buffers(tensor, out, root, "stage")
         self._staged_keep += [src, dst]
-        self._check(self._c.stage(send, recv, src.count, src.dtype, root, src.stream or dst.stream))
+        self._call(2, send, recv, src, dst, root)
 
     def ready(self) -> bool:
         """True once the staged step has been received and verified (or has failed), or when nothing
@@ -418,12 +511,22 @@ class Communicator:
         b = _Buffer(tensor, writable=False, what="reset")
         self._check(self._alive().reset(b.ptr))
 
+    def _call(self, kind: int, send: int, recv: int, src: _Buffer, dst: _Buffer, root: int) -> None:
+        """One collective now, or queued for the group's end. The binding runs it interruptibly:
+        Ctrl-C (KeyboardInterrupt) aborts the communicator and is raised within about 0.1 s."""
+        op = _sparrow.Op(kind, send, recv, src.count, src.dtype, root, src.stream or dst.stream)
+        if self._group_depth:
+            self._group_ops.append(op)
+            return
+        self._check(self._c.run([op]))
+
     @contextlib.contextmanager
     def group(self) -> Iterator["Communicator"]:
         """Calls inside travel as one operation (sparrowGroupStart/End): the sparse broadcasts become
         one checkpoint, one version step for the whole set. Errors surface when the block ends."""
         self._alive()
-        _check(_sparrow.group_start(), _sparrow.last_error)
+        if self._group_depth == 0:
+            self._group_ops = []
         self._group_depth += 1
         ok = False
         try:
@@ -433,9 +536,14 @@ class Communicator:
             # Always balanced, as in NCCL: the calls queued so far run even if the block raised (the
             # other ranks' calls are collective with them).
             self._group_depth -= 1
-            code = _sparrow.group_end()
+            code = 0
             if self._group_depth == 0:
-                self._group_keep = []
+                ops, self._group_ops = self._group_ops, []
+                try:
+                    if ops:
+                        code = self._c.run(ops)
+                finally:
+                    self._group_keep = []
         if ok:
             self._check(code)
 

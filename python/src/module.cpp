@@ -3,14 +3,18 @@
 // Buffers cross as integer addresses: the pure-Python layer (sparrow/__init__.py) takes them from
 // torch tensors (data_ptr) and numpy arrays (__array_interface__), checks dtype and contiguity and
 // keeps the objects alive, so no tensor memory is ever copied. Every call that may block (init,
-// collectives, group end, destroy) releases the GIL, so ranks may run as Python threads and other
+// collectives, destroy) releases the GIL, so ranks may run as Python threads and other
 // Python threads keep running while a sync is in flight. Errors come back as result codes; the
 // Python layer raises the matching sparrow.Error subclass with sparrowGetLastError's message.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -94,29 +98,41 @@ class Comm {
     if (c_) sparrowCommCount(c_, &n);
     return n;
   }
-  int sparse_bcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
-    Gil g;
-    return sparrowSparseBcast(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
-                              reinterpret_cast<sparrowStream_t>(stream));
+  // One collective: kind 0 sparse broadcast, 1 dense broadcast, 2 staged sparse broadcast.
+  struct Op {
+    int kind;
+    uintptr_t send, recv;
+    size_t count;
+    int dtype, root;
+    uintptr_t stream;
+  };
+  // The calls of `ops` (more than one: as one group, sparrowGroupStart/End around them, on one
+  // thread since a group is per thread), interruptible by Ctrl-C.
+  int run(const std::vector<Op>& ops) {
+    sparrowComm_t c = c_;
+    const bool group = ops.size() != 1;
+    return interruptible([c, ops, group] {
+      if (group && sparrowGroupStart() != sparrowSuccess) return int(sparrowInvalidUsage);
+      int rc = sparrowSuccess;
+      for (const Op& o : ops) {
+        int r = issue(c, o);
+        if (rc == sparrowSuccess) rc = r;
+      }
+      if (group) {
+        int r = sparrowGroupEnd();
+        if (rc == sparrowSuccess) rc = r;
+      }
+      return rc;
+    });
   }
-  int broadcast(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
-    Gil g;
-    return sparrowBroadcast(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
-                            reinterpret_cast<sparrowStream_t>(stream));
-  }
-  int stage(uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
-    Gil g;
-    return sparrowSparseBcastStage(ptr(send), ptr(recv), count, sparrowDataType_t(dtype), root, c_,
-                                   reinterpret_cast<sparrowStream_t>(stream));
+  int stage_commit() {
+    sparrowComm_t c = c_;
+    return interruptible([c] { return int(sparrowStageCommit(c)); });
   }
   py::tuple stage_query() {
     int ready = 0;
     int rc = sparrowStageQuery(c_, &ready);
     return py::make_tuple(rc, ready != 0);
-  }
-  int stage_commit() {
-    Gil g;
-    return sparrowStageCommit(c_);
   }
   int reset(uintptr_t buff) { return sparrowSparseBcastReset(c_, ptr(buff)); }
   int async_error() const {
@@ -202,6 +218,53 @@ class Comm {
 
  private:
   Comm() = default;
+  static int issue(sparrowComm_t c, const Op& o) {
+    auto stream = reinterpret_cast<sparrowStream_t>(o.stream);
+    auto dt = sparrowDataType_t(o.dtype);
+    if (o.kind == 1) return sparrowBroadcast(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
+    if (o.kind == 2) return sparrowSparseBcastStage(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
+    return sparrowSparseBcast(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
+  }
+  // Runs `call` (which may block up to SPARROW_TIMEOUT_S) on a helper thread while this one, without
+  // the GIL, waits in 100 ms slices and runs Python's signal handlers between them (they run only on
+  // the main thread: elsewhere the call simply completes). If a handler raises (Ctrl-C's
+  // KeyboardInterrupt), the communicator is aborted, which fails every wait of the call at once; the
+  // exception propagates once the call returned, and the handle is dead from then on.
+  template <class F>
+  int interruptible(F call) {
+    auto task = std::make_shared<std::packaged_task<int()>>(std::move(call));
+    std::future<int> done = task->get_future();
+    std::thread helper([task] { (*task)(); });
+    bool raised = false;
+    for (;;) {
+      bool ready;
+      {
+        Gil g;
+        ready = done.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
+      }
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) {
+        raised = true;
+        break;
+      }
+    }
+    if (raised) {
+      py::error_already_set pending;  // fetched now: abort and join run without the GIL
+      sparrowComm_t c = c_;
+      c_ = nullptr;
+      {
+        Gil g;
+        (void)sparrowCommAbort(c);  // waits (bounded) until the helper's call returned
+        helper.join();
+      }
+      throw pending;
+    }
+    {
+      Gil g;
+      helper.join();
+    }
+    return done.get();
+  }
   static sparrowUniqueId to_id(const py::bytes& uid) {
     std::string id = uid;
     if (id.size() != SPARROW_UNIQUE_ID_BYTES)
@@ -236,13 +299,22 @@ PYBIND11_MODULE(_sparrow, m) {
     sparrowGetVersion(&v);
     return v;
   });
+  sparrowSetErrorEcho(0);  // errors are raised as exceptions: reported once, not also as WARN lines
+  m.def("setting", [](const std::string& name) {
+    size_t need = 0;
+    sparrowResult_t rc = sparrowGetSetting(name.c_str(), nullptr, 0, &need);
+    std::string v(need, '\0');
+    if (rc == sparrowSuccess) rc = sparrowGetSetting(name.c_str(), v.data(), v.size(), &need);
+    if (rc != sparrowSuccess) return py::make_tuple(int(rc), std::string(sparrowGetLastError(nullptr)));
+    v.resize(need ? need - 1 : 0);
+    return py::make_tuple(0, v);
+  });
   m.def("error_string", [](int rc) { return std::string(sparrowGetErrorString(sparrowResult_t(rc))); });
   m.def("last_error", [] { return std::string(sparrowGetLastError(nullptr)); });
-  m.def("group_start", [] { return int(sparrowGroupStart()); });
-  m.def("group_end", [] {
-    Gil g;
-    return int(sparrowGroupEnd());
-  });
+  py::class_<Comm::Op>(m, "Op")
+      .def(py::init([](int kind, uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
+        return Comm::Op{kind, send, recv, count, dtype, root, stream};
+      }));
   py::class_<Comm>(m, "Comm")
       .def(py::init<int, py::bytes, int, bool, int, const std::string&>(), py::arg("nranks"), py::arg("uid"),
            py::arg("rank"), py::arg("elastic") = false, py::arg("lease_ms") = 0, py::arg("region") = "")
@@ -253,9 +325,7 @@ PYBIND11_MODULE(_sparrow, m) {
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
       .def("members", &Comm::members)
-      .def("sparse_bcast", &Comm::sparse_bcast)
-      .def("broadcast", &Comm::broadcast)
-      .def("stage", &Comm::stage)
+      .def("run", &Comm::run)
       .def("stage_query", &Comm::stage_query)
       .def("stage_commit", &Comm::stage_commit)
       .def("reset", &Comm::reset)

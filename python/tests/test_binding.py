@@ -548,3 +548,139 @@ def test_join_arguments_are_checked():
         sparrow.Communicator.join(b"x" * 5)
     with pytest.raises(sparrow.InvalidArgument):
         sparrow.Communicator.join(uid, 1, lease_ms=5)
+
+
+# ---- Ctrl-C, settings, errors reported once, rendezvous beside torch.distributed -------------------
+
+def run_script(body, env=None, timeout=120):
+    """Runs `body` in a fresh interpreter with the package under test; (returncode, stdout, stderr)."""
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **(env or {})), capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+CTRL_C = """
+    import os, signal, threading, time
+    import numpy as np
+    import sparrow
+    uid = sparrow.get_unique_id()
+    comms = [None, None]
+    def make(r):
+        comms[r] = sparrow.Communicator(2, uid, r)
+    t = threading.Thread(target=make, args=(0,))
+    t.start()
+    make(1)
+    t.join()
+    buf = np.arange(4096, dtype=np.float32)
+    def interrupt_once_waiting():  # the root never calls: rank 1 waits for a header
+        while not comms[1].progress()["in_call"]:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=interrupt_once_waiting, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        comms[1].sparse_broadcast(buf, root=0)
+        print("returned")
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - t0:.2f} s")
+    print("buffer unchanged", bool((buf == np.arange(4096, dtype=np.float32)).all()))
+    try:
+        comms[1].sparse_broadcast(buf, root=0)
+    except sparrow.InvalidUsage as e:
+        print("then:", e)
+    comms[0].abort()
+"""
+
+
+def test_ctrl_c_interrupts_a_waiting_call_within_a_second():
+    rc, out, err = run_script(CTRL_C, {"SPARROW_TIMEOUT_S": "60"})
+    assert rc == 0, out + err
+    assert "interrupted after" in out, out + err
+    took = float(out.split("interrupted after ")[1].split()[0])
+    assert took < 2.0, f"KeyboardInterrupt took {took} s (SPARROW_TIMEOUT_S is 60)"
+    assert "buffer unchanged True" in out, out
+    assert "then: " in out and "destroyed or aborted" in out, out  # the communicator was aborted
+
+
+def test_settings_use_the_librarys_parser_and_errors_are_reported_once():
+    rc, out, err = run_script("""
+        import sparrow
+        print(sparrow.setting("TIMEOUT_S"))
+        try:
+            sparrow.Communicator(2, sparrow.get_unique_id(), 0, lease_ms=1000)  # the C library refuses it
+        except sparrow.InvalidArgument as e:
+            print("raised", e)
+    """, {"SPARROW_TIMEOUT_S": "1K"})
+    assert rc == 0, out + err
+    assert out.splitlines()[0] == "1024", out
+    assert "raised" in out, out
+    assert "WARN" not in err, f"the error was also logged: {err}"
+    rc, out, err = run_script("import sparrow; sparrow.setting('TIMEOUT_S')", {"SPARROW_TIMEOUT_S": "soon"})
+    assert rc != 0 and "sparrow.InvalidArgument" in err and "SPARROW_TIMEOUT_S" in err, err
+
+
+BESIDE_TORCH = """
+    import os, torch, torch.distributed as dist, sparrow
+    dist.init_process_group("gloo")  # env://: MASTER_ADDR/MASTER_PORT, RANK, WORLD_SIZE
+    comm = sparrow.Communicator.from_env()
+    t = torch.arange(1000, dtype=torch.float32) if comm.rank == 0 else torch.zeros(1000)
+    comm.sparse_broadcast(t, root=0)
+    print("rank", comm.rank, "ok", bool((t == torch.arange(1000, dtype=torch.float32)).all()))
+    comm.destroy()
+    dist.destroy_process_group()
+"""
+
+
+def test_from_env_shares_the_id_through_an_initialised_torch_distributed():
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(BESIDE_TORCH)
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, out in enumerate(outs):
+        assert f"rank {r} ok True" in out, out
+
+
+def test_from_env_on_a_port_another_service_holds_says_what_to_do():
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # listening, like torch.distributed's store
+        port = taken.getsockname()[1]
+        rc, out, err = run_script("""
+            import sparrow
+            try:
+                sparrow.Communicator.from_env(timeout=30)
+            except sparrow.InvalidUsage as e:
+                print("raised", e)
+        """, {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert rc == 0 and "raised" in out and "torch.distributed" in out and "SPARROW_MASTER_PORT" in out, out + err
+
+
+def test_from_env_rank_that_reaches_another_service_fails_fast():
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        import threading
+
+        def answer_junk():
+            conn, _ = srv.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        th = threading.Thread(target=answer_junk)
+        th.start()
+        t0 = time.monotonic()
+        rc, out, err = run_script("""
+            import sparrow
+            try:
+                sparrow.Communicator.from_env(timeout=30)
+            except sparrow.InvalidUsage as e:
+                print("raised", e)
+        """, {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        th.join(timeout=30)
+    assert rc == 0 and "raised" in out and "another service answered" in out, out + err
+    assert time.monotonic() - t0 < 20, "it waited for its timeout"

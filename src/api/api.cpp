@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/api_internal.h"
+#include "core/params.h"
 #include "bootstrap/bootstrap.h"
 #include "collectives/bcast.h"
 #include "collectives/elastic.h"
@@ -24,6 +25,7 @@
 #include "kernels/device.h"
 #include "transport/transport.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "core/status.h"
 
 #define SPARROW_EXPORT __attribute__((visibility("default")))
@@ -105,12 +107,13 @@ Comm* comm_impl(sparrowComm_t c) { return c ? c->impl.get() : nullptr; }
 namespace {
 
 thread_local std::string t_last_error;
+std::atomic<bool> g_echo_errors{true};  // sparrowSetErrorEcho
 
 sparrowResult_t fail(const sparrow::Status& s, sparrowComm* comm = nullptr) {
   t_last_error = s.to_string();
   Pin live(comm);  // a dead handle gets no record (it is not touched)
   if (live) comm->impl->set_error(s);
-  SPARROW_WARN("%s", t_last_error.c_str());
+  if (g_echo_errors.load(std::memory_order_relaxed)) SPARROW_WARN("%s", t_last_error.c_str());
   return static_cast<sparrowResult_t>(s.code());
 }
 
@@ -547,6 +550,23 @@ SPARROW_EXPORT sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char*
   if (!buf && len == 0) return sparrowSuccess;  // asking for the size only
   if (len < j.size() + 1) return invalid("sparrowCommGetStatsJson: buffer too small (see *needed)");
   memcpy(buf, j.c_str(), j.size() + 1);
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowGetSetting(const char* name, char* value, size_t len, size_t* needed) {
+  if (!name || (len && !value)) return invalid("sparrowGetSetting: NULL argument");
+  auto v = sparrow::params::value_of(name);
+  if (!v.ok()) return fail(v.status());
+  if (needed) *needed = v->size() + 1;
+  if (!value && len == 0) return sparrowSuccess;  // asking for the size only
+  if (len < v->size() + 1) return invalid("sparrowGetSetting: buffer too small (see *needed)");
+  memcpy(value, v->c_str(), v->size() + 1);
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowSetErrorEcho(int echo) {
+  if (echo != 0 && echo != 1) return invalid("sparrowSetErrorEcho: echo must be 0 or 1");
+  g_echo_errors.store(echo == 1);
   return sparrowSuccess;
 }
 

@@ -219,6 +219,21 @@ Status validate_all() {
   return Status::Ok();
 }
 
+Result<std::string> value_of(const std::string& name) {
+  for (const Info& i : all()) {
+    if (i.name != name) continue;
+    if (!i.error.empty()) return InvalidArgument(i.error);
+    if (i.type == "int") {
+      int64_t v = 0;
+      parse_int(i.value, &v);
+      return std::to_string(v);
+    }
+    if (i.type == "bool") return std::string(parse_bool(i.value) == 1 ? "1" : "0");
+    return i.value;
+  }
+  return InvalidArgument("unknown setting SPARROW_" + name);
+}
+
 Status set_override(const std::string& name, const std::string& value) {
   State& st = state();
   std::lock_guard<std::mutex> lk(st.mu);

@@ -95,6 +95,10 @@ class StringParam : public ParamBase {
 std::vector<Info> all();
 // First rejected value among all registered parameters, as kInvalidArgument naming the variable.
 Status validate_all();
+// The value of setting `name` (without SPARROW_) as this process resolves it, in canonical form: an
+// int in decimal (suffixes applied), a bool as 0 or 1, a string as given. kInvalidArgument for an
+// unknown name or a configured value that was rejected (saying why).
+Result<std::string> value_of(const std::string& name);
 // Overrides (tests, tools): take precedence over the environment. Re-resolves on next use.
 Status set_override(const std::string& name, const std::string& value);
 void clear_overrides();

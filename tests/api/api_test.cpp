@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/params.h"
 #include "sparrow/sparrow.h"
 
 TEST(Api, VersionAndErrorStrings) {
@@ -50,4 +51,27 @@ TEST(Api, DestroyedOrAbortedHandlesAreRefused) {
   EXPECT_EQ(sparrowCommDestroy(b), sparrowInvalidUsage);
   int bogus = 0;
   EXPECT_EQ(sparrowCommUserRank(reinterpret_cast<sparrowComm_t>(&bogus), &n), sparrowInvalidUsage) << "not a handle";
+}
+
+// One parser for settings: what the library accepts (size suffixes, booleans) comes back canonical,
+// and what it rejects is an error naming the variable, for every caller (the Python module too).
+TEST(Api, SettingsComeBackAsTheLibraryParsesThem) {
+  char v[64];
+  size_t need = 0;
+  setenv("SPARROW_TIMEOUT_S", "1K", 1);
+  sparrow::params::clear_overrides();
+  ASSERT_EQ(sparrowGetSetting("TIMEOUT_S", v, sizeof v, &need), sparrowSuccess) << sparrowGetLastError(nullptr);
+  EXPECT_STREQ(v, "1024");
+  EXPECT_EQ(need, 5u);
+  EXPECT_EQ(sparrowGetSetting("TIMEOUT_S", nullptr, 0, &need), sparrowSuccess);
+  EXPECT_EQ(sparrowGetSetting("TIMEOUT_S", v, 3, &need), sparrowInvalidArgument);
+  setenv("SPARROW_TIMEOUT_S", "soon", 1);
+  sparrow::params::clear_overrides();
+  EXPECT_EQ(sparrowGetSetting("TIMEOUT_S", v, sizeof v, &need), sparrowInvalidArgument);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("SPARROW_TIMEOUT_S"), std::string::npos)
+      << sparrowGetLastError(nullptr);
+  unsetenv("SPARROW_TIMEOUT_S");
+  sparrow::params::clear_overrides();
+  EXPECT_EQ(sparrowGetSetting("NO_SUCH_SETTING", v, sizeof v, &need), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowGetSetting(nullptr, v, sizeof v, &need), sparrowInvalidArgument);
 }
