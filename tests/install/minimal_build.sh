@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The core library without its optional dependencies: configure with UCX, MPI and OpenSSL off, build
-# libsparrow only, check it links none of them, then build examples/hello.c against it as a user would
-# (cc ... -lsparrow -Wl,-rpath) and run it: four ranks over TCP, authenticated with the built-in HMAC.
+# The core library without its optional dependencies, built as a subproject (add_subdirectory) of
+# tests/install/subproject: configure with UCX, MPI and OpenSSL off (and tests, benchmarks, Python and
+# CUDA off by default there), build libsparrow and a program linked to sparrow::sparrow, check the
+# library links none of them, then build examples/hello.c against it as a user would
+# (cc ... -lsparrow -Wl,-rpath) and run both: four ranks over TCP, authenticated with the built-in HMAC.
 #   minimal_build.sh SOURCE_DIR WORK_DIR
 set -euo pipefail
 src=$1
 work=$2
 rm -rf "$work"
 mkdir -p "$work"
-cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARROW_WITH_UCX=OFF -DSPARROW_WITH_MPI=OFF \
-  -DSPARROW_WITH_OPENSSL=OFF -DSPARROW_BUILD_TESTS=OFF -DSPARROW_BUILD_BENCH=OFF -DSPARROW_BUILD_PYTHON=OFF \
+cmake -S "$src/tests/install/subproject" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DSPARROW_SOURCE_DIR="$src" -DSPARROW_WITH_UCX=OFF -DSPARROW_WITH_MPI=OFF -DSPARROW_WITH_OPENSSL=OFF \
   > "$work/configure.log"
 grep -A12 "configuration (" "$work/configure.log"
-cmake --build "$work/build" -j"$(nproc)" --target sparrow > "$work/build.log"
-lib=$work/build/lib/libsparrow.so.0
+cmake --build "$work/build" -j"$(nproc)" --target hello > "$work/build.log"
+lib=$work/build/sparrow/lib/libsparrow.so.0
 needed=$(readelf -d "$lib" | grep NEEDED || true)
 echo "$needed"
 fail=0
@@ -23,8 +25,13 @@ for dep in libucp libucs libcrypto libmpi; do
     fail=1
   fi
 done
-cc -std=c11 -O1 "$src/examples/hello.c" -I"$src/include" -L"$work/build/lib" -lsparrow -lpthread \
-  -Wl,-rpath,"$work/build/lib" -o "$work/hello"
+if ! "$work/build/hello" > "$work/sub.log" 2>&1 || ! grep -q "all steps delivered" "$work/sub.log"; then
+  cat "$work/sub.log"
+  echo "FAIL: hello linked to sparrow::sparrow from add_subdirectory"
+  fail=1
+fi
+cc -std=c11 -O1 "$src/examples/hello.c" -I"$src/include" -L"$work/build/sparrow/lib" -lsparrow -lpthread \
+  -Wl,-rpath,"$work/build/sparrow/lib" -o "$work/hello"
 if ! "$work/hello" > "$work/hello.log" 2>&1 || ! grep -q "all steps delivered" "$work/hello.log"; then
   cat "$work/hello.log"
   echo "FAIL: hello against the minimal library"
