@@ -224,35 +224,41 @@ _PORT_HINT = ("initialise torch.distributed first (sparrow then shares the id th
               "from_env(store=...) a torch.distributed Store, or set SPARROW_MASTER_PORT to a port nothing else uses")
 
 
-def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> bytes:
+def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> Tuple[bytes, Any]:
     """Rank 0 makes the id and hands it to every other rank over one TCP port (like torch.distributed's
-    MASTER_ADDR/MASTER_PORT store). The id is a credential: use a port on a trusted network."""
-    if rank == 0:
-        uid = get_unique_id()
-        try:
-            srv = socket.create_server((addr, port), reuse_port=False)
-        except OSError as e:
-            raise InvalidUsage(f"rank 0 cannot serve the communicator id on {addr}:{port} ({e.strerror}; another "
-                               f"service, e.g. torch.distributed's store, may hold it): {_PORT_HINT}", 5) from None
-        with srv:
-            _serve_id(srv, uid, nranks, addr, port, timeout)
-        return uid
-    return _fetch_id(rank, addr, port, timeout)
+    MASTER_ADDR/MASTER_PORT store), from a thread, while it goes on to the rendezvous (where a rank
+    that disagrees on the size is named at once). The id is a credential: use a port on a trusted
+    network. (uid, server): close the server once the communicator exists (None on other ranks)."""
+    if rank != 0:
+        return _fetch_id(rank, addr, port, timeout), None
+    uid = get_unique_id()
+    try:
+        srv = socket.create_server((addr, port), reuse_port=False)
+    except OSError as e:
+        raise InvalidUsage(f"rank 0 cannot serve the communicator id on {addr}:{port} ({e.strerror}; another "
+                           f"service, e.g. torch.distributed's store, may hold it): {_PORT_HINT}", 5) from None
+    import threading
+    th = threading.Thread(target=_serve_id, args=(srv, uid, nranks, timeout), daemon=True,
+                          name="sparrow-id-server")
+    th.start()
+    return uid, srv
 
 
-def _serve_id(srv: socket.socket, uid: bytes, nranks: int, addr: str, port: int, timeout: float) -> None:
+def _serve_id(srv: socket.socket, uid: bytes, nranks: int, timeout: float) -> None:
+    """Hands the id to up to nranks - 1 ranks until `timeout` or until the socket is closed."""
     deadline = time.monotonic() + timeout
-    for _ in range(nranks - 1):
-        left = deadline - time.monotonic()
-        try:
+    with srv:
+        for _ in range(nranks - 1):
+            left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout
-            srv.settimeout(left)
-            conn, _peer = srv.accept()
-        except socket.timeout:
-            raise Timeout(f"rank 0: not every rank fetched the id from {addr}:{port} within {timeout:g} s", 8) from None
-        with conn:
-            conn.sendall(_ID_MAGIC + uid)
+                return
+            try:
+                srv.settimeout(left)
+                conn, _peer = srv.accept()
+                with conn:
+                    conn.sendall(_ID_MAGIC + uid)
+            except OSError:  # timed out, or closed by from_env once the communicator exists
+                return
 
 
 def _fetch_id(rank: int, addr: str, port: int, timeout: float) -> bytes:
@@ -417,7 +423,12 @@ class Communicator:
             uid = _share_id_by_store(store, rank, timeout)
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            uid = _share_id(rank, size, addr, _master_port(), timeout)
+            uid, server = _share_id(rank, size, addr, _master_port(), timeout)
+            try:
+                return cls(size, uid, rank, **options)
+            finally:
+                if server is not None:
+                    server.close()  # every rank fetched the id (or the rendezvous failed)
         return cls(size, uid, rank, **options)
 
     # -- identity

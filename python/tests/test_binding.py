@@ -684,3 +684,29 @@ def test_from_env_rank_that_reaches_another_service_fails_fast():
         th.join(timeout=30)
     assert rc == 0 and "raised" in out and "another service answered" in out, out + err
     assert time.monotonic() - t0 < 20, "it waited for its timeout"
+
+
+def test_from_env_with_disagreeing_world_sizes_fails_fast_naming_them():
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), SPARROW_TIMEOUT_S="60")
+    body = """
+        import time, sparrow
+        t0 = time.monotonic()
+        try:
+            sparrow.Communicator.from_env()
+        except sparrow.InvalidUsage as e:
+            print(f"raised after {time.monotonic() - t0:.1f} s:", e)
+    """
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r), WORLD_SIZE=str(n)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r, n in ((0, 3), (1, 2))]  # rank 0 has the larger size
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for out in outs:
+        assert "raised after" in out and "says there are 2 ranks, rank 0 said 3" in out, out
+        assert float(out.split("raised after ")[1].split()[0]) < 10, out
