@@ -161,6 +161,20 @@ sparrow::Status check_args(sparrowComm* comm, const void* sendbuff, void* recvbu
   return sparrow::Status::Ok();
 }
 
+// Runs `f` (returning a Status): an allocation failure inside is kSystemError, any other exception
+// kInternalError, never an exception through the C ABI (which would end the user's process).
+template <class F>
+sparrow::Status no_throw(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return sparrow::Status(sparrow::Code::kSystemError,
+                           std::string(what) + ": out of memory (the process's memory limit was reached)");
+  } catch (const std::exception& e) {
+    return sparrow::Status(sparrow::Code::kInternalError, std::string(what) + ": " + e.what());
+  }
+}
+
 sparrowResult_t run(sparrowComm* comm, const sparrow::Status& s) {
   if (!s.ok()) return fail(s, comm);
   return sparrowSuccess;
@@ -194,9 +208,11 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
         done[j] = true;
       }
     }
-    if (ops[i].stage) s = sparrow::coll::sparse_stage(*ops[i].comm->coll, bufs, ops[i].root);
-    else if (ops[i].sparse) s = sparrow::coll::sparse_bcast(*ops[i].comm->coll, bufs, ops[i].root);
-    else s = sparrow::coll::broadcast(*ops[i].comm->coll, bufs, ops[i].root);
+    auto& e = *ops[i].comm->coll;
+    const int root = ops[i].root;
+    if (ops[i].stage) s = no_throw("sparrowSparseBcastStage", [&] { return sparrow::coll::sparse_stage(e, bufs, root); });
+    else if (ops[i].sparse) s = no_throw("sparrowSparseBcast", [&] { return sparrow::coll::sparse_bcast(e, bufs, root); });
+    else s = no_throw("sparrowBroadcast", [&] { return sparrow::coll::broadcast(e, bufs, root); });
     done[i] = true;
     sparrowResult_t r = run(ops[i].comm, s);
     if (first == sparrowSuccess) first = r;
@@ -275,7 +291,12 @@ SPARROW_EXPORT sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, in
   *comm = nullptr;
   auto opt = config_options(config);
   if (!opt.ok()) return fail(opt.status());
-  auto c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank, opt.value());
+  sparrow::Result<std::unique_ptr<sparrow::Comm>> c = sparrow::InternalError("not run");
+  sparrow::Status ran = no_throw("sparrowCommInitRank", [&] {
+    c = sparrow::Comm::init_rank(nranks, reinterpret_cast<const uint8_t*>(commId.internal), rank, opt.value());
+    return sparrow::Status::Ok();
+  });
+  if (!ran.ok()) return fail(ran);
   if (!c.ok()) return fail(c.status());
   *comm = new sparrowComm{std::move(c.value())};
   (*comm)->coll = std::make_unique<sparrow::coll::Engine>(*(*comm)->impl);
@@ -403,7 +424,7 @@ SPARROW_EXPORT sparrowResult_t sparrowStageCommit(sparrowComm_t comm) {
   if (!comm) return invalid("sparrowStageCommit: comm is NULL");
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowStageCommit", comm));
-  return run(comm, sparrow::coll::stage_commit(*comm->coll));
+  return run(comm, no_throw("sparrowStageCommit", [&] { return sparrow::coll::stage_commit(*comm->coll); }));
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -27,14 +30,31 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>&
     return;
   }
   std::atomic<size_t> next{0};
+  // An exception in a worker (std::bad_alloc) stops the others and is rethrown here, on the caller's
+  // thread, where the C API turns it into an error; escaping a thread it would end the process.
+  std::mutex mu;
+  std::exception_ptr first;
   auto work = [&](int w) {
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i, w);
+    try {
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i, w);
+    } catch (...) {
+      next.store(n);
+      std::lock_guard<std::mutex> lk(mu);
+      if (!first) first = std::current_exception();
+    }
   };
   std::vector<std::thread> pool;
   pool.reserve(t - 1);
-  for (int w = 1; w < t; ++w) pool.emplace_back(work, w);
+  for (int w = 1; w < t; ++w) {
+    try {
+      pool.emplace_back(work, w);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: the caller's thread does the rest
+    }
+  }
   work(0);
   for (auto& th : pool) th.join();
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace sparrow

@@ -1,4 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
 
 #include <cstring>
 #include <string>
@@ -74,4 +79,36 @@ TEST(Api, SettingsComeBackAsTheLibraryParsesThem) {
   sparrow::params::clear_overrides();
   EXPECT_EQ(sparrowGetSetting("NO_SUCH_SETTING", v, sizeof v, &need), sparrowInvalidArgument);
   EXPECT_EQ(sparrowGetSetting(nullptr, v, sizeof v, &need), sparrowInvalidArgument);
+}
+
+// Allocation failure inside a collective is sparrowSystemError with a message, never an abort of the
+// user's process: a 1-rank communicator's root needs a shadow copy of its 256 MB buffer, and the
+// address space is limited (RLIMIT_AS, as `ulimit -v`) to what the process had plus 96 MB.
+TEST(Api, OutOfMemoryIsSystemErrorNotAnAbort) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(120);
+    sparrowUniqueId id;
+    sparrowComm_t comm = nullptr;
+    if (sparrowGetUniqueId(&id) != sparrowSuccess || sparrowCommInitRank(&comm, 1, id, 0) != sparrowSuccess) _exit(2);
+    const size_t n = size_t(128) << 20;  // bf16 elements: 256 MB
+    std::vector<uint16_t> w(n, 0x3c00);
+    unsigned long pages = 0;
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%lu", &pages) != 1) _exit(3);
+    fclose(f);
+    rlimit lim{};
+    lim.rlim_cur = lim.rlim_max = rlim_t(pages) * sysconf(_SC_PAGESIZE) + (rlim_t(96) << 20);
+    if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(4);
+    sparrowResult_t rc = sparrowSparseBcast(w.data(), nullptr, n, sparrowBfloat16, 0, comm, nullptr);
+    const std::string msg = sparrowGetLastError(comm);
+    if (rc != sparrowSystemError) _exit(10 + int(rc));
+    if (msg.find("out of memory") == std::string::npos) _exit(5);
+    _exit(0);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st) << " (an abort: the exception escaped)";
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "10 + the result code when it was not sparrowSystemError";
 }
