@@ -50,6 +50,7 @@ static int parse_opts(int argc, char** argv, gen::GenOptions& go, int& steps) {
 }
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   gen::GenOptions go;
   go.model = "qwen3-8b";
   go.layers = 1;

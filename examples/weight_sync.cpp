@@ -189,6 +189,7 @@ void print_summary(const Opts& o, int n, const Model& m, const Totals& tot, doub
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Opts o;
   if (int rc = parse_opts(argc, argv, o); rc >= 0) return rc;
   MPI_Init(&argc, &argv);

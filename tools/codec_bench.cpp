@@ -256,6 +256,7 @@ void print_table(const Opts& o, const Sums& t, const Summary& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Opts o;
   if (int rc = parse_opts(argc, argv, o); rc >= 0) return rc;
   FILE* log = o.json ? stderr : stdout;

@@ -478,6 +478,7 @@ void report(const Options& o, const Tally& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Options o = parse(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   setenv("SPARROW_SOCKET_IFNAME", "lo", 0);

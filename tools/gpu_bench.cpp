@@ -4,6 +4,7 @@
 // bytes take on a 10 Gbit/s link, for the first delta and for the steady state.
 //
 //   sparrow-gpu-bench [--gib 2] [--density 0.01] [--reps 5]
+#include <unistd.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -272,13 +273,15 @@ static int measure_block_sums(const Setup& s, double copy_bw) {
 }
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   double gib = 2, density = 0.01;
   int reps = 5;
   if (int rc = parse_args(argc, argv, &gib, &density, &reps); rc >= 0) return rc;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    printf("no usable CUDA device: nothing to measure\n");
-    return 0;
+    fprintf(stderr, "sparrow-gpu-bench: no usable GPU (%s): nothing measured\n",
+            access("/dev/nvidiactl", F_OK) != 0 ? "no GPU on this host" : "CUDA found no usable device");
+    return 1;
   }
   Setup s;
   s.reps = reps;

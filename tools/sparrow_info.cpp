@@ -96,7 +96,8 @@ static int tree(int argc, char** argv, int i) {
   }
   for (auto [flag, list] : {std::pair{"--regions", &regions}, std::pair{"--hosts", &hosts}})
     if (!list->empty() && int(list->size()) != in.nranks)
-      args::bad(P, flag, "", "one name per rank (" + std::to_string(in.nranks) + "), got " + std::to_string(list->size()));
+      args::bad(P, flag, join(*list).c_str(),
+                "one name per rank (" + std::to_string(in.nranks) + "), got " + std::to_string(list->size()));
   auto rtt = per_rank("--rtt-ms", rtts, in.nranks, 0, 1e6);
   auto bw = per_rank("--gbps", gbps, in.nranks, 1e-6, 1e6);
   for (int r = 0; r < in.nranks; ++r) {
@@ -120,6 +121,7 @@ static int tree(int argc, char** argv, int i) {
 }
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   bool config = false, version = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--tree")) return tree(argc, argv, i);

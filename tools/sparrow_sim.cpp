@@ -209,11 +209,12 @@ void print(const Opts& o, const topology::Tree& t, const topology::SimResult& r)
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Opts o = parse(argc, argv);
   auto sc = wanemu::load_scenario(o.scenario);
   if (!sc.ok()) {
     fprintf(stderr, "%s: %s\n", kProg, sc.status().to_string().c_str());
-    return 1;
+    return sparrow::args::kUsage;  // a scenario that cannot be read or parsed is a bad argument
   }
   const int hosts = int(sc->hosts.size());
   const int n = o.ranks ? o.ranks : hosts;

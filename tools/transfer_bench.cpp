@@ -120,6 +120,7 @@ double iperf3(int streams, int seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   size_t bytes = size_t(1) << 30;
   int reps = 3, streams = 0;
   bool json = false, with_iperf = true;

@@ -593,6 +593,7 @@ bool all_on_one_host() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Job j;
   j.o = parse_opts(argc, argv);
   const Opts& o = j.o;

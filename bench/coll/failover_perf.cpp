@@ -371,6 +371,7 @@ sparrowComm_t open_comm(const Opts& o, int rank, int n, sparrowUniqueId* id, spa
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   Opts o = parse(argc, argv);
   MPI_Init(&argc, &argv);
   int rank, n;

@@ -9,12 +9,46 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
+#include <new>
 #include <string>
+
+#include <unistd.h>
 
 namespace sparrow::args {
 
 constexpr int kUsage = 2;
+
+// Running out of memory ends a tool with one line naming it and exit status 1, never an abort with
+// a backtrace: operator new's failures through the new-handler, a std::bad_alloc thrown elsewhere
+// (the mmap path of large buffers) and not caught, on any thread, through the terminate handler.
+inline const char*& oom_prog() {
+  static const char* prog = "sparrow";
+  return prog;
+}
+[[noreturn]] inline void out_of_memory() {
+  fprintf(stderr, "%s: out of memory (use smaller sizes, or raise the limit: ulimit -v)\n", oom_prog());
+  fflush(stdout);
+  fflush(stderr);
+  _exit(1);
+}
+inline void exit_on_out_of_memory(const char* prog) {
+  const char* slash = strrchr(prog, '/');
+  oom_prog() = slash ? slash + 1 : prog;
+  std::set_new_handler(out_of_memory);
+  std::set_terminate([] {
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::bad_alloc&) {
+        out_of_memory();
+      } catch (...) {
+      }
+    }
+    std::abort();
+  });
+}
 
 [[noreturn]] inline void bad(const char* prog, const char* flag, const char* value, const std::string& expected) {
   fprintf(stderr, "%s: %s '%s': expected %s\n", prog, flag, value ? value : "", expected.c_str());

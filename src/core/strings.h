@@ -18,6 +18,13 @@ inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   }
 }
 
+// The parts with `sep` between them (split's inverse).
+inline std::string join(const std::vector<std::string>& parts, char sep = ',') {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? std::string(1, sep) : "") + parts[i];
+  return out;
+}
+
 // Without leading and trailing blanks (spaces, tabs, CR, LF).
 inline std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n");

@@ -28,7 +28,7 @@ check "unknown option" "$bin/sparrow-transfer-bench" --bogus
 check "--probe '-3'" "$bin/sparrow-info" --probe -3
 check "--tree '-2'" "$bin/sparrow-info" --tree -2
 check "--tree '100000'" "$bin/sparrow-info" --tree 100000
-check "--regions" "$bin/sparrow-info" --tree 4 --regions us,eu
+check "--regions 'us,eu'" "$bin/sparrow-info" --tree 4 --regions us,eu
 check "--gbps 'x'" "$bin/sparrow-info" --tree 2 --gbps x,1
 check "--root '5'" "$bin/sparrow-info" --tree 4 --root 5
 check "unknown option" "$bin/sparrow-info" --frob
@@ -83,5 +83,26 @@ check "--encode-s '-1'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --encode
 check "--cc 'vegas'" "$bin/sparrow-sim" --scenario "$sc4" --wire 16M --cc vegas
 check "size 'x' is not a size" bash "$src/bench/calibrate_sim.sh" /tmp x
 check "expected OUTDIR" bash "$src/bench/calibrate_sim.sh"
+check "cannot open scenario 'nope.toml'" "$bin/sparrow-sim" --scenario nope.toml --wire 16M
+# Running out of memory: one line naming the tool and exit status 1, never an abort with a backtrace.
+check_oom() {  # check_oom TOOL ARGS...
+  local out rc
+  out=$(ulimit -v 3000000; timeout 120 "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "out of memory" <<<"$out" && ! grep -q "terminate called\|bad_alloc" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL (rc $rc): under ulimit -v: $* -> $out"
+  fi
+}
+check_oom "$bin/sparrow-codec-bench" --layers 1000
+[ -x "$bin/sparse_bcast_perf" ] && check_oom "$bin/sparse_bcast_perf" -b 64G -e 64G -n 1
+if [ -x "$bin/sparrow-gpu-bench" ] && [ ! -e /dev/nvidiactl ]; then  # no GPU: it measured nothing, so it fails
+  out=$(timeout 60 "$bin/sparrow-gpu-bench" 2>&1)
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "no GPU on this host" <<<"$out"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL (rc $rc): sparrow-gpu-bench without a GPU -> $out"; fi
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

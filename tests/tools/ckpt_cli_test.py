@@ -101,6 +101,7 @@ def main():
     check(rc == 0 and "applies to" in out, f"verify --base: {out} {err}")
     rc, out, err = run("verify", P("s1.spd"), "--base", P("v0.safetensors"))
     check(rc == 1 and "not the version this step was made from" in err, f"verify against the wrong base: {err}")
+    check("valid" not in out, f"verify against the wrong base says valid on stdout: {out}")
 
     # corrupt and truncated step files, output never half-written
     good = open(P("s1.spd"), "rb").read()
@@ -128,6 +129,8 @@ def main():
         f.write(struct.pack("<Q", 10**6) + b"{}")
     rc, out, err = run("diff", P("broken.safetensors"), P("v0.safetensors"), "-o", P("x.spd"))
     check(rc == 1 and "not a safetensors file" in err, f"broken file: {err}")
+    rc, out, err = run("diff", P("v0.safetensors"), P("v1.safetensors"), "-o", "/nonexistent/dir/x.spd")
+    check(rc == 1 and "/nonexistent/dir" in err and "compared" not in err, f"unwritable output checked first: {err}")
     rc, out, err = run("diff", P("nonexistent.safetensors"), P("v0.safetensors"), "-o", P("x.spd"))
     check(rc == 1 and "nonexistent" in err, f"missing file: {err}")
 

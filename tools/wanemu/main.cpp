@@ -34,6 +34,7 @@
 #include "tools/wanemu/emulator.h"
 #include "tools/wanemu/faults.h"
 #include "tools/wanemu/proxy.h"
+#include "core/args.h"
 
 using namespace sparrow;
 using namespace sparrow::wanemu;
@@ -723,6 +724,7 @@ int cmd_udp_ping(const char* addr, int count) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sparrow::args::exit_on_out_of_memory(argv[0]);
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

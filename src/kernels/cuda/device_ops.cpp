@@ -2,6 +2,7 @@
 // libsparrow with dlopen (src/kernels/device.cpp). Each calling thread gets its own stream and its
 // own device/pinned scratch, grown on demand and kept for the thread's life, so the encoder's workers
 // extract their chunks concurrently.
+#include <unistd.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -263,7 +264,9 @@ extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* s
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    snprintf(why, why_len, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+    // Without a GPU the runtime's word is "CUDA driver version is insufficient": say what it means.
+    const bool no_gpu = n == 0 || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && access("/dev/nvidiactl", F_OK) != 0);
+    snprintf(why, why_len, "%s", no_gpu ? "no GPU on this host" : cudaGetErrorString(e));
     cudaGetLastError();
     return nullptr;
   }
