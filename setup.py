@@ -2,7 +2,9 @@
 
     python3 -m venv --system-site-packages .venv && .venv/bin/pip install --no-build-isolation .
 
-builds libsparrow with CMake (into SPARROW_BUILD_DIR, default build/, only the library target),
+builds libsparrow with CMake (into SPARROW_BUILD_DIR, default build/pip/cmake: a directory of its own,
+so a developer's build/ and whatever configuration it has, an ASan one say, is never reused; only the
+library target),
 compiles the pybind11 extension against it and ships libsparrow.so.0 inside the package, next to the
 extension (which finds it through an $ORIGIN RUNPATH), so the installed module needs nothing else.
 """
@@ -17,7 +19,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-os.makedirs(os.path.join(ROOT, "build", "setuptools"), exist_ok=True)  # setup.cfg's build_base / egg_base
+os.makedirs(os.path.join(ROOT, "build", "pip", "setuptools"), exist_ok=True)  # setup.cfg's build_base / egg_base
 
 
 def version():
@@ -29,7 +31,7 @@ def version():
 
 class BuildWithCMake(build_ext):
     def run(self):
-        build = os.path.abspath(os.environ.get("SPARROW_BUILD_DIR", os.path.join(ROOT, "build")))
+        build = os.path.abspath(os.environ.get("SPARROW_BUILD_DIR", os.path.join(ROOT, "build", "pip", "cmake")))
         if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release"] + gen)

@@ -120,6 +120,20 @@ static int tree(int argc, char** argv, int i) {
   return 0;
 }
 
+// `text` in lines of at most `width` columns (a longer word stands alone), each after `indent`.
+void print_wrapped(const std::string& text, const char* indent, size_t width) {
+  std::string line;
+  for (const std::string& word : split(text, ' ')) {
+    if (word.empty()) continue;
+    if (!line.empty() && strlen(indent) + line.size() + 1 + word.size() > width) {
+      printf("%s%s\n", indent, line.c_str());
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) printf("%s%s\n", indent, line.c_str());
+}
+
 int main(int argc, char** argv) {
   sparrow::args::exit_on_out_of_memory(argv[0]);
   bool config = false, version = argc == 1;
@@ -148,9 +162,9 @@ int main(int argc, char** argv) {
   }
   if (config) {
     for (const auto& p : params::all()) {
-      printf("SPARROW_%-16s = %-10s (%s; %s, default %s)%s%s\n", p.name.c_str(), p.value.c_str(),
-             params::source_name(p.source), p.type.c_str(), p.default_value.c_str(), p.doc.empty() ? "" : "  ",
-             p.doc.c_str());
+      printf("SPARROW_%-16s = %-10s (%s; %s, default %s)\n", p.name.c_str(), p.value.c_str(),
+             params::source_name(p.source), p.type.c_str(), p.default_value.c_str());
+      print_wrapped(p.doc, "    ", 100);
       if (!p.error.empty()) printf("  rejected: %s\n", p.error.c_str());
     }
     Status s = params::validate_all();
