@@ -560,6 +560,21 @@ def run_script(body, env=None, timeout=120):
     return r.returncode, r.stdout, r.stderr
 
 
+def run_ranks_as_scripts(body, envs, timeout=120):
+    """Runs `body` once per environment in `envs`, as processes at once; their outputs (stdout and
+    stderr). Ends every process it started."""
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=e, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for e in envs]
+    try:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 CTRL_C = """
     import os, signal, threading, time
     import numpy as np
@@ -633,17 +648,8 @@ BESIDE_TORCH = """
 
 
 def test_from_env_shares_the_id_through_an_initialised_torch_distributed():
-    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(BESIDE_TORCH)
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    try:
-        outs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    outs = run_ranks_as_scripts(BESIDE_TORCH, [dict(env, RANK=str(r), WORLD_SIZE="2") for r in range(2)])
     for r, out in enumerate(outs):
         assert f"rank {r} ok True" in out, out
 
@@ -696,17 +702,8 @@ def test_from_env_with_disagreeing_world_sizes_fails_fast_naming_them():
         except sparrow.InvalidUsage as e:
             print(f"raised after {time.monotonic() - t0:.1f} s:", e)
     """
-    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r), WORLD_SIZE=str(n)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r, n in ((0, 3), (1, 2))]  # rank 0 has the larger size
-    try:
-        outs = [p.communicate(timeout=120)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    # rank 0 has the larger size
+    outs = run_ranks_as_scripts(body, [dict(env, RANK=str(r), WORLD_SIZE=str(n)) for r, n in ((0, 3), (1, 2))])
     for out in outs:
         assert "raised after" in out and "says there are 2 ranks, rank 0 said 3" in out, out
         assert float(out.split("raised after ")[1].split()[0]) < 10, out
