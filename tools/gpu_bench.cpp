@@ -4,7 +4,6 @@
 // bytes take on a 10 Gbit/s link, for the first delta and for the steady state.
 //
 //   sparrow-gpu-bench [--gib 2] [--density 0.01] [--reps 5]
-#include <unistd.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/delta.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/no_device.h"
 #include "kernels/device.h"
 
 using namespace sparrow;
@@ -278,9 +278,9 @@ int main(int argc, char** argv) {
   int reps = 5;
   if (int rc = parse_args(argc, argv, &gib, &density, &reps); rc >= 0) return rc;
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+  if (cudaError_t e = cudaGetDeviceCount(&ndev); e != cudaSuccess || ndev == 0) {
     fprintf(stderr, "sparrow-gpu-bench: no usable GPU (%s): nothing measured\n",
-            access("/dev/nvidiactl", F_OK) != 0 ? "no GPU on this host" : "CUDA found no usable device");
+            sparrow::kernels::cuda::no_device_reason(e));
     return 1;
   }
   Setup s;

@@ -2,7 +2,6 @@
 // libsparrow with dlopen (src/kernels/device.cpp). Each calling thread gets its own stream and its
 // own device/pinned scratch, grown on demand and kept for the thread's life, so the encoder's workers
 // extract their chunks concurrently.
-#include <unistd.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/no_device.h"
 #include "kernels/device.h"
 
 namespace sparrow::kernels::cuda {
@@ -264,9 +264,7 @@ extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* s
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    // Without a GPU the runtime's word is "CUDA driver version is insufficient": say what it means.
-    const bool no_gpu = n == 0 || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && access("/dev/nvidiactl", F_OK) != 0);
-    snprintf(why, why_len, "%s", no_gpu ? "no GPU on this host" : cudaGetErrorString(e));
+    snprintf(why, why_len, "%s", sparrow::kernels::cuda::no_device_reason(e));
     cudaGetLastError();
     return nullptr;
   }
