@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "api/api_internal.h"
-#include "core/params.h"
 #include "bootstrap/bootstrap.h"
 #include "collectives/bcast.h"
 #include "collectives/elastic.h"
@@ -208,11 +207,13 @@ sparrowResult_t flush_group(std::vector<PendingOp> ops) {
         done[j] = true;
       }
     }
-    auto& e = *ops[i].comm->coll;
-    const int root = ops[i].root;
-    if (ops[i].stage) s = no_throw("sparrowSparseBcastStage", [&] { return sparrow::coll::sparse_stage(e, bufs, root); });
-    else if (ops[i].sparse) s = no_throw("sparrowSparseBcast", [&] { return sparrow::coll::sparse_bcast(e, bufs, root); });
-    else s = no_throw("sparrowBroadcast", [&] { return sparrow::coll::broadcast(e, bufs, root); });
+    const PendingOp& op = ops[i];
+    const char* what = op.stage ? "sparrowSparseBcastStage" : op.sparse ? "sparrowSparseBcast" : "sparrowBroadcast";
+    s = no_throw(what, [&] {
+      if (op.stage) return sparrow::coll::sparse_stage(*op.comm->coll, bufs, op.root);
+      if (op.sparse) return sparrow::coll::sparse_bcast(*op.comm->coll, bufs, op.root);
+      return sparrow::coll::broadcast(*op.comm->coll, bufs, op.root);
+    });
     done[i] = true;
     sparrowResult_t r = run(ops[i].comm, s);
     if (first == sparrowSuccess) first = r;
