@@ -417,6 +417,7 @@ class Communicator:
             timeout = float(setting("TIMEOUT_S"))
         if store is None:
             store = _default_torch_store()
+        server = None
         if store is not None:
             if not (hasattr(store, "set") and hasattr(store, "get")):
                 raise InvalidArgument(f"store must be a torch.distributed Store, got {type(store).__name__}", 4)
@@ -424,12 +425,11 @@ class Communicator:
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
             uid, server = _share_id(rank, size, addr, _master_port(), timeout)
-            try:
-                return cls(size, uid, rank, **options)
-            finally:
-                if server is not None:
-                    server.close()  # every rank fetched the id (or the rendezvous failed)
-        return cls(size, uid, rank, **options)
+        try:
+            return cls(size, uid, rank, **options)
+        finally:
+            if server is not None:
+                server.close()  # every rank fetched the id (or the rendezvous failed)
 
     # -- identity
 
@@ -483,13 +483,13 @@ class Communicator:
         it was modified, VersionMismatch is raised with the buffer untouched, and the next call
         repairs it. Returns the receiving tensor."""
         src, dst, send, recv = self._buffers(tensor, out, root, "sparse_broadcast")
-        self._call(0, send, recv, src, dst, root)
+        self._call(_sparrow.OP_SPARSE, send, recv, src, dst, root)
         return dst.obj
 
     def broadcast(self, tensor: Any, root: int = 0, out: Any = None) -> Any:
         """Dense broadcast (sparrowBroadcast) of `tensor` from `root`, into `out` or in place."""
         src, dst, send, recv = self._buffers(tensor, out, root, "broadcast")
-        self._call(1, send, recv, src, dst, root)
+        self._call(_sparrow.OP_DENSE, send, recv, src, dst, root)
         return dst.obj
 
     def stage(self, tensor: Any, root: int = 0, out: Any = None) -> None:
@@ -499,7 +499,7 @@ class Communicator:
         new version. On the root it is sparse_broadcast. Inside group(), the group is one staged step."""
         src, dst, send, recv = self._buffers(tensor, out, root, "stage")
         self._staged_keep += [src, dst]
-        self._call(2, send, recv, src, dst, root)
+        self._call(_sparrow.OP_STAGE, send, recv, src, dst, root)
 
     def ready(self) -> bool:
         """True once the staged step has been received and verified (or has failed), or when nothing
@@ -536,8 +536,6 @@ class Communicator:
         """Calls inside travel as one operation (sparrowGroupStart/End): the sparse broadcasts become
         one checkpoint, one version step for the whole set. Errors surface when the block ends."""
         self._alive()
-        if self._group_depth == 0:
-            self._group_ops = []
         self._group_depth += 1
         ok = False
         try:

@@ -12,11 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <memory>
-#include <thread>
-#include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,7 +99,8 @@ class Comm {
     if (c_) sparrowCommCount(c_, &n);
     return n;
   }
-  // One collective: kind 0 sparse broadcast, 1 dense broadcast, 2 staged sparse broadcast.
+  // One collective (the kinds are the module's OP_SPARSE, OP_DENSE, OP_STAGE).
+  enum Kind : int { kSparse = 0, kDense = 1, kStage = 2 };
   struct Op {
     int kind;
     uintptr_t send, recv;
@@ -221,8 +223,8 @@ class Comm {
   static int issue(sparrowComm_t c, const Op& o) {
     auto stream = reinterpret_cast<sparrowStream_t>(o.stream);
     auto dt = sparrowDataType_t(o.dtype);
-    if (o.kind == 1) return sparrowBroadcast(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
-    if (o.kind == 2) return sparrowSparseBcastStage(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
+    if (o.kind == kDense) return sparrowBroadcast(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
+    if (o.kind == kStage) return sparrowSparseBcastStage(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
     return sparrowSparseBcast(ptr(o.send), ptr(o.recv), o.count, dt, o.root, c, stream);
   }
   // Runs `call` (which may block up to SPARROW_TIMEOUT_S) on a helper thread while this one, without
@@ -235,7 +237,7 @@ class Comm {
     auto task = std::make_shared<std::packaged_task<int()>>(std::move(call));
     std::future<int> done = task->get_future();
     std::thread helper([task] { (*task)(); });
-    bool raised = false;
+    std::optional<py::error_already_set> raised;  // fetched with the GIL held; abort and join run without
     for (;;) {
       bool ready;
       {
@@ -244,25 +246,17 @@ class Comm {
       }
       if (ready) break;
       if (PyErr_CheckSignals() != 0) {
-        raised = true;
+        raised.emplace();
         break;
       }
     }
-    if (raised) {
-      py::error_already_set pending;  // fetched now: abort and join run without the GIL
-      sparrowComm_t c = c_;
-      c_ = nullptr;
-      {
-        Gil g;
-        (void)sparrowCommAbort(c);  // waits (bounded) until the helper's call returned
-        helper.join();
-      }
-      throw pending;
-    }
+    sparrowComm_t aborting = raised ? std::exchange(c_, nullptr) : nullptr;
     {
       Gil g;
+      if (aborting) (void)sparrowCommAbort(aborting);  // waits (bounded) until the helper's call returned
       helper.join();
     }
+    if (raised) throw *raised;
     return done.get();
   }
   static sparrowUniqueId to_id(const py::bytes& uid) {
@@ -311,6 +305,9 @@ PYBIND11_MODULE(_sparrow, m) {
   });
   m.def("error_string", [](int rc) { return std::string(sparrowGetErrorString(sparrowResult_t(rc))); });
   m.def("last_error", [] { return std::string(sparrowGetLastError(nullptr)); });
+  m.attr("OP_SPARSE") = int(Comm::kSparse);
+  m.attr("OP_DENSE") = int(Comm::kDense);
+  m.attr("OP_STAGE") = int(Comm::kStage);
   py::class_<Comm::Op>(m, "Op")
       .def(py::init([](int kind, uintptr_t send, uintptr_t recv, size_t count, int dtype, int root, uintptr_t stream) {
         return Comm::Op{kind, send, recv, count, dtype, root, stream};
