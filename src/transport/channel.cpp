@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/log.h"
 #include "core/params.h"
 
 namespace sparrow::transport {
@@ -35,7 +36,7 @@ uint64_t Notifier::wait(uint64_t seen, Deadline d) {
 
 // ---- Mailbox ----------------------------------------------------------------------------------------
 
-Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
+Result<uint8_t*> Mailbox::frame_begin(Conn* c, const FrameHeader& h) {
   std::lock_guard<std::mutex> lk(mu_);
   if (h.total > kMaxMessage) return CorruptData("message of " + std::to_string(h.total) + " bytes exceeds the limit");
   auto [it, fresh] = entries_.try_emplace(h.key);
@@ -56,6 +57,7 @@ Result<uint8_t*> Mailbox::frame_begin(Conn*, const FrameHeader& h) {
   if (h.offset + h.len > e.total || e.claimed + h.len > e.total)
     return CorruptData("fragment beyond the end of its message (duplicate or corrupt)");
   e.claimed += h.len;
+  if (c) inflight_[c] = InFlight{h.key, h.len};
   return e.dest() + h.offset;
 }
 
@@ -65,6 +67,7 @@ void Mailbox::frame_end(Conn* c, const FrameHeader& h) {
 
 bool Mailbox::frame_end_locked(Conn* c, const FrameHeader& h) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (c) inflight_.erase(c);
   auto it = entries_.find(h.key);
   if (it == entries_.end()) return false;
   Entry& e = it->second;
@@ -87,6 +90,19 @@ bool Mailbox::frame_end_locked(Conn* c, const FrameHeader& h) {
 }
 
 void Mailbox::conn_failed(Conn* c, const Status& why) {
+  {
+    // The frame this connection was writing will never end, and nothing more is written into it
+    // (FrameSink's promise): its bytes no longer count as being written. The message stays
+    // incomplete, so nobody takes it.
+    std::lock_guard<std::mutex> lk(mu_);
+    auto f = inflight_.find(c);
+    if (f != inflight_.end()) {
+      auto it = entries_.find(f->second.key);
+      if (it != entries_.end()) it->second.claimed -= f->second.len;
+      inflight_.erase(f);
+      cv_.notify_all();
+    }
+  }
   if (why.code() == Code::kPeerLost && streams_ > 1) {
     std::lock_guard<std::mutex> lk(mu_);
     closed_.insert(c);
@@ -108,6 +124,11 @@ void Mailbox::fail_on_any_close(bool on) {
     fail_now = on && !closed_.empty();
   }
   if (fail_now) fail(Status(Code::kPeerLost, peer_desc_ + " closed one of its connections"));
+}
+
+void Mailbox::set_stall_handler(std::function<void()> h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  on_stall_ = std::move(h);
 }
 
 void Mailbox::fail(const Status& why) {
@@ -190,24 +211,7 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, st
   }
   Status s = wait_locked(lk, k, d);
   if (!s.ok()) {
-    // The caller's buffer must not be written after we return: drop the registration only once no
-    // frame is being written into it (claimed == got; woken by frame_end: a frame being written is
-    // already in this host's memory, so this is short; no deadline: returning earlier would let the
-    // transport write into memory the caller reuses). Fragments that landed already move to the
-    // entry's own buffer, where the rest of the message lands too: the message is whole for the next
-    // receive (dropping them lost it for good, and a relay's child waited out its patience for a
-    // part its parent had sent just as it gave up once).
-    auto e = entries_.find(k);
-    if (e != entries_.end() && e->second.ext) {
-      cv_.wait(lk, [&] { return e->second.claimed == e->second.got || !failed_.ok(); });
-      Entry& en = e->second;
-      if (en.got == 0 || !failed_.ok()) {
-        entries_.erase(e);
-      } else {
-        en.own.assign(en.ext, en.ext + en.total);
-        en.ext = nullptr;
-      }
-    }
+    release_caller_buffer(lk, k);
     return s;
   }
   it = entries_.find(k);
@@ -226,6 +230,36 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, st
   if (!e.ext) memcpy(dst, e.own.data(), len);
   entries_.erase(it);
   return Status::Ok();
+}
+
+void Mailbox::release_caller_buffer(std::unique_lock<std::mutex>& lk, const MsgKey& k) {
+  // The caller's buffer must not be written after we return: drop the registration only once no
+  // frame is being written into it (claimed == got: each such frame ends, or its connection fails
+  // and conn_failed releases it). A live peer finishes a frame in moments; one stalled mid-frame
+  // past kWriteGrace has its connections closed (the stall handler), which ends the wait.
+  // Fragments that landed already move to the entry's own buffer, where the rest of the message
+  // lands too: the message is whole for the next receive (dropping them lost it for good, and a
+  // relay's child waited out its patience for a part its parent had sent just as it gave up once).
+  constexpr auto kWriteGrace = std::chrono::seconds(5);
+  auto e = entries_.find(k);
+  if (e == entries_.end() || !e->second.ext) return;
+  auto idle = [&] { return e->second.claimed == e->second.got; };
+  if (!cv_.wait_for(lk, kWriteGrace, idle)) {
+    std::function<void()> stall = on_stall_;
+    SPARROW_WARN("%s stalled in the middle of %s; closing its connections", peer_desc_.c_str(), describe_key(k).c_str());
+    lk.unlock();
+    if (stall) stall();
+    lk.lock();
+    if (!cv_.wait_for(lk, kWriteGrace, idle))
+      SPARROW_WARN("%s is still writing %s into a receive that gave up", peer_desc_.c_str(), describe_key(k).c_str());
+  }
+  Entry& en = e->second;
+  if (en.got == 0 || !failed_.ok()) {
+    entries_.erase(e);
+  } else {
+    en.own.assign(en.ext, en.ext + en.total);
+    en.ext = nullptr;
+  }
 }
 
 // ---- SendRequest ------------------------------------------------------------------------------------

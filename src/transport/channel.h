@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,11 @@ class Mailbox : public FrameSink {
   // Every current and future wait fails with `why` (peer lost, abort). First failure wins.
   void fail(const Status& why);
   Status failure() const;
+  // Called (without the mailbox's lock) when a receive that gave up still has a frame being written
+  // into the caller's buffer kWriteGrace after its deadline: a peer stalled mid-frame. It must
+  // close this peer's connections (their backends then report conn_failed, which releases the
+  // frame). The Net sets it; without it such a receive waits one more grace, then returns anyway.
+  void set_stall_handler(std::function<void()> h);
   // Connections of this peer that closed so far (without failing the mailbox).
   size_t closed_streams() const;
   // From now on the first connection that closes fails the mailbox, whatever the others do: a set
@@ -77,6 +83,10 @@ class Mailbox : public FrameSink {
   void conn_failed(Conn* c, const Status& why) override;
 
  private:
+  struct InFlight {  // the frame a connection is writing (between frame_begin and frame_end)
+    MsgKey key;
+    uint32_t len = 0;
+  };
   struct Entry {
     uint64_t total = 0;
     uint64_t got = 0;       // bytes whose frames ended
@@ -89,6 +99,8 @@ class Mailbox : public FrameSink {
   };
   Status wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d);
   bool frame_end_locked(Conn* c, const FrameHeader& h);  // true when a message completed
+  // recv_into giving up: returns once no frame is being written into entry `k`'s caller buffer.
+  void release_caller_buffer(std::unique_lock<std::mutex>& lk, const MsgKey& k);
   std::string peer_desc_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -97,6 +109,8 @@ class Mailbox : public FrameSink {
   int streams_ = 1;
   Notifier* notify_ = nullptr;
   std::set<Conn*> closed_;  // connections the peer closed
+  std::map<Conn*, InFlight> inflight_;
+  std::function<void()> on_stall_;
   bool any_close_fails_ = false;
   double bw_ = 0;  // EWMA, bytes/s
   std::map<uint64_t, Traffic> traffic_;  // by operation sequence number

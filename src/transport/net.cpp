@@ -26,7 +26,7 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->disconnected_.assign(size_t(nranks), 0);
   n->reversed_.assign(size_t(nranks), 0);
   n->fresh_.assign(size_t(nranks), 0);
-  for (int r = 0; r < nranks; ++r) n->mail_.push_back(std::make_unique<Mailbox>(n->desc(r), nstreams, &n->arrivals_));
+  for (int r = 0; r < nranks; ++r) n->mail_.push_back(n->make_mailbox(r));
   n->sent_.resize(size_t(nranks));
   BackendOptions bo;
   bo.identity = id;
@@ -71,10 +71,26 @@ void Net::set_addresses(std::vector<std::string> addrs) {
 // that merely lost its connections is still expected until the root drops it.
 bool Net::revivable_locked(int peer) const { return elastic_ && disconnected_[size_t(peer)]; }
 
+std::unique_ptr<Mailbox> Net::make_mailbox(int peer) {
+  auto m = std::make_unique<Mailbox>(desc(peer), nstreams_, &arrivals_);
+  const Mailbox* raw = m.get();
+  m->set_stall_handler([this, peer, raw] { close_stalled(peer, raw); });
+  return m;
+}
+
+void Net::close_stalled(int peer, const Mailbox* m) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const size_t p = size_t(peer);
+  if (mail_[p].get() != m) return;  // retired: its connections were closed when the slot was reset
+  if (chans_[p]) chans_[p]->close();
+  for (auto& c : accepted_[p])
+    if (c) c->close();
+}
+
 void Net::reset_slot_locked(int peer, bool reversed, bool fresh) {
   const size_t p = size_t(peer);
   retired_mail_.push_back(std::move(mail_[p]));
-  mail_[p] = std::make_unique<Mailbox>(desc(peer), nstreams_, &arrivals_);
+  mail_[p] = make_mailbox(peer);
   if (joining_ && peer == 0) mail_[p]->fail_on_any_close(true);
   if (chans_[p]) {
     chans_[p]->close();

@@ -103,6 +103,10 @@ class Net {
     return mail_[size_t(peer)].get();
   }
   bool revivable_locked(int peer) const;
+  // A mailbox for `peer` whose stall handler closes that peer's connections (close_stalled), as
+  // long as it is the peer's current mailbox.
+  std::unique_ptr<Mailbox> make_mailbox(int peer);
+  void close_stalled(int peer, const Mailbox* m);
   // Every stream of `peer` that connects to this rank has been accepted.
   bool all_streams_accepted_locked(int peer) const;
   void reset_slot_locked(int peer, bool reversed, bool fresh);

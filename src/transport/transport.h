@@ -68,6 +68,9 @@ class Conn;
 
 // Where a backend delivers incoming frames. begin() returns the destination for `h.len` bytes (the
 // backend writes the payload there), or an error that fails the connection (protocol violation).
+// Every frame_begin is followed by its frame_end or by conn_failed, and once conn_failed returns the
+// backend writes nothing more into what frame_begin gave that connection: a receiver that gave up
+// relies on it to know when its buffer is its own again.
 class FrameSink {
  public:
   virtual ~FrameSink() = default;

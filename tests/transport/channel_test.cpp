@@ -7,7 +7,9 @@
 #include <thread>
 
 #include <atomic>
+#include <future>
 #include <cstring>
+#include <functional>
 #include <string>
 
 namespace sparrow::transport {
@@ -209,6 +211,63 @@ TEST(MailboxTest, ReceiveThatTimesOutMidMessageKeepsWhatArrived) {
     EXPECT_EQ(again, "12345678");
   }
   EXPECT_TRUE(landed_in_callers_buffer) << "the case was never produced (each fragment arrived before the receive)";
+}
+
+// A receive into the caller's buffer that fails while a frame is being written there (frame_begin
+// done, frame_end not yet) returns only once that frame ended or its connection failed: returning
+// earlier let the transport write into memory the caller had reused (a mailbox failing because its
+// peer was dropped did return at once, and ASan caught a relay's late frame in a freed buffer).
+// `finish` ends the frame's story; the receive must still be waiting just before it.
+void receive_gives_up_mid_frame(Mailbox& mb, InstantConn& a, const std::function<void()>& give_up,
+                                const std::function<void()>& finish, Code want) {
+  for (uint32_t attempt = 0; attempt < 200; ++attempt) {
+    const MsgKey k{1, 11, 100 + attempt};
+    std::string buf(8, '.');
+    auto rx = std::async(std::launch::async, [&] {
+      return mb.recv_into(k, buf.data(), buf.size(), std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+    });
+    for (int i = 0; i < 1000; ++i) std::this_thread::yield();  // (the receive usually registers first)
+    FrameHeader h;
+    h.key = k;
+    h.total = 8;
+    h.len = 4;
+    auto dst = mb.frame_begin(&a, h);
+    ASSERT_TRUE(dst.ok());
+    if (dst.value() != reinterpret_cast<uint8_t*>(buf.data())) {  // arrived first: not the case
+      mb.frame_end(&a, h);
+      rx.wait();
+      continue;
+    }
+    give_up();
+    EXPECT_EQ(rx.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+        << "the receive returned while a frame was still being written into its buffer";
+    memcpy(dst.value(), "1234", 4);  // the transport's late write: still the receive's buffer
+    finish();
+    ASSERT_EQ(rx.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    EXPECT_EQ(rx.get().code(), want);
+    return;
+  }
+  FAIL() << "the case was never produced (each frame arrived before the receive)";
+}
+
+TEST(MailboxTest, FailedReceiveWaitsForAFrameBeingWrittenIntoItsBuffer) {
+  Mailbox mb("rank 1", 1);
+  InstantConn a(0);
+  receive_gives_up_mid_frame(
+      mb, a, [&] { mb.fail(Error(Code::kPeerLost, "rank 1 was dropped")); },
+      [&] { mb.conn_failed(&a, Error(Code::kPeerLost, "connection closed")); }, Code::kPeerLost);
+}
+
+TEST(MailboxTest, PeerStalledMidFrameHasItsConnectionsClosed) {
+  Mailbox mb("rank 1", 1);
+  InstantConn a(0);
+  std::atomic<int> stalls{0};
+  mb.set_stall_handler([&] {
+    ++stalls;
+    mb.conn_failed(&a, Error(Code::kPeerLost, "closed: stalled mid-frame"));
+  });
+  receive_gives_up_mid_frame(mb, a, [] {}, [] {}, Code::kTimeout);  // (the deadline passes by itself)
+  EXPECT_EQ(stalls.load(), 1);
 }
 
 TEST(MailboxTest, AnyOtherFailureFailsAtOnce) {

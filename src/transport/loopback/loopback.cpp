@@ -28,6 +28,8 @@ class LoopConn : public Conn, public std::enable_shared_from_this<LoopConn> {
   std::string peer_address() const override { return addr_; }
   int stream() const override { return stream_; }
   void fail(const Status& why);
+  // Hands one frame to the sink unless the connection failed (false: frame_begin refused it).
+  bool deliver(const FrameHeader& h, const std::vector<uint8_t>& data, Status* refused);
 
   LoopBackend* owner_;
   std::weak_ptr<LoopConn> peer_;
@@ -36,6 +38,9 @@ class LoopConn : public Conn, public std::enable_shared_from_this<LoopConn> {
   std::string addr_;
   std::atomic<size_t> queued_{0};
   std::atomic<bool> failed_{false};
+  // Held while a frame is handed to the sink, and by fail() before it tells the sink: once
+  // conn_failed runs, no frame of this connection is being written (FrameSink's promise).
+  std::mutex deliver_mu_;
 };
 
 struct Delivery {
@@ -153,15 +158,8 @@ class LoopBackend : public Backend {
       } else {
         if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));  // injected latency
         if (d.done) d.done(d.to->failed_ ? Error(Code::kPeerLost, "loopback connection closed") : Status::Ok());
-        if (!d.to->failed_) {
-          auto dst = d.to->sink->frame_begin(d.to.get(), d.h);
-          if (!dst.ok()) {
-            d.to->fail(dst.status());
-          } else {
-            if (d.h.len) memcpy(dst.value(), d.data.data(), d.h.len);
-            d.to->sink->frame_end(d.to.get(), d.h);
-          }
-        }
+        Status refused;
+        if (!d.to->deliver(d.h, d.data, &refused)) d.to->fail(refused);
       }
       lk.lock();
     }
@@ -204,9 +202,24 @@ void LoopConn::close() {
   if (auto p = peer_.lock()) p->fail(Error(Code::kPeerLost, "loopback connection to rank " + std::to_string(p->peer_rank_) + " closed by the peer"));
 }
 
+bool LoopConn::deliver(const FrameHeader& h, const std::vector<uint8_t>& data, Status* refused) {
+  std::lock_guard<std::mutex> lk(deliver_mu_);
+  if (failed_) return true;
+  auto dst = sink->frame_begin(this, h);
+  if (!dst.ok()) {
+    *refused = dst.status();
+    return false;
+  }
+  if (h.len) memcpy(dst.value(), data.data(), h.len);
+  sink->frame_end(this, h);
+  return true;
+}
+
 void LoopConn::fail(const Status& why) {
   bool was = failed_.exchange(true);
-  if (!was && sink) sink->conn_failed(this, why);
+  if (was || !sink) return;
+  std::lock_guard<std::mutex> lk(deliver_mu_);  // a frame being handed over ends first
+  sink->conn_failed(this, why);
 }
 
 }  // namespace

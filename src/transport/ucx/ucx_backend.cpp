@@ -62,6 +62,11 @@ class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
   FrameSink* sink_ = nullptr;
   std::atomic<size_t> queued_{0};
   std::atomic<bool> failed_{false};
+  // Rendezvous payloads being fetched into what frame_begin gave (progress thread). The sink hears
+  // of a failure only once none is left (FrameSink's promise): until then UCX may still write.
+  int rndv_out_ = 0;
+  bool fail_told_ = false;
+  Status fail_why_;
   // Handshake (progress thread).
   auth::Handshake hs_;  // the authentication (transport/auth.h); frames flow once it is done
   bool ready() const { return hs_.done(); }
@@ -114,6 +119,9 @@ class UcxBackend : public Backend {
     (void)!write(wake_fd_, &one, sizeof one);
   }
   void fail(const UcxConnPtr& c, const Status& why);
+  // Tells the sink of c's failure once it failed and no rendezvous into its buffers is left.
+  void tell_failure(const UcxConnPtr& c);
+  void rndv_done(const UcxConnPtr& c);
 
  private:
   void loop();
@@ -301,7 +309,19 @@ void UcxBackend::fail(const UcxConnPtr& c, const Status& why) {
     c->promised_ = true;
     c->connected_.set_value(why);
   }
-  if (c->sink_ && c->ready()) c->sink_->conn_failed(c.get(), why);
+  c->fail_why_ = why;
+  tell_failure(c);
+}
+
+void UcxBackend::tell_failure(const UcxConnPtr& c) {
+  if (!c->failed_ || c->fail_told_ || c->rndv_out_ > 0 || !c->sink_ || !c->ready()) return;
+  c->fail_told_ = true;
+  c->sink_->conn_failed(c.get(), c->fail_why_);
+}
+
+void UcxBackend::rndv_done(const UcxConnPtr& c) {
+  --c->rndv_out_;
+  tell_failure(c);
 }
 
 void UcxBackend::close_ep(const UcxConnPtr& c, bool force) {
@@ -327,6 +347,7 @@ void UcxBackend::recv_cb(void* req, ucs_status_t st, size_t, void* user) {
   auto* r = static_cast<RecvCtx*>(user);
   if (st == UCS_OK && !r->conn->failed_) r->conn->sink_->frame_end(r->conn.get(), r->h);
   else r->conn->be_->fail(r->conn, Error(Code::kPeerLost, std::string("ucx receive: ") + ucs_status_string(st)));
+  r->conn->be_->rndv_done(r->conn);
   delete r;
   ucp_request_free(req);
 }
@@ -446,6 +467,7 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
         return UCS_OK;
       }
       // Fetched after progress returns; UCS_INPROGRESS keeps the descriptor valid until then.
+      ++c->rndv_out_;
       rndv_.push_back(Rndv{data, dst.value(), new RecvCtx{c, h.value()}});
       return UCS_INPROGRESS;
     }
@@ -544,9 +566,11 @@ void UcxBackend::loop() {
       void* req = ucp_am_recv_data_nbx(worker_, r.desc, r.dest, r.ctx->h.len, &p);
       if (req == nullptr) {
         r.ctx->conn->sink_->frame_end(r.ctx->conn.get(), r.ctx->h);
+        rndv_done(r.ctx->conn);
         delete r.ctx;
       } else if (UCS_PTR_IS_ERR(req)) {
         fail(r.ctx->conn, Error(Code::kPeerLost, "ucx receive failed"));
+        rndv_done(r.ctx->conn);
         delete r.ctx;
       }
     }
