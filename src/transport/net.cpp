@@ -135,8 +135,13 @@ FrameSink* Net::on_accept(const ConnPtr& c) {
   if (p < 0 || p >= nranks_ || p == rank_ || s < 0 || s >= nstreams_ || !aborted_.ok()) return nullptr;
   // A restarted member of an elastic communicator (it proved the secret) takes its slot afresh.
   if (revivable_locked(p)) reset_slot_locked(p, p > rank_, true);
-  // Otherwise only lower ranks connect to us (and a revived higher one), each stream once.
-  if (p > rank_ && !reversed_[size_t(p)]) return nullptr;
+  // Otherwise lower ranks connect to us (and a revived higher one), each stream once; in a fixed
+  // communicator also a higher rank that waited a second for this one to connect (await_locked),
+  // unless this rank has a channel to it or is dialling it: its streams are then the channel.
+  if (p > rank_ && !reversed_[size_t(p)]) {
+    if (elastic_ || joiner_ || chans_[size_t(p)] || connecting_.count(p)) return nullptr;
+    reversed_[size_t(p)] = 1;
+  }
   // A joiner connects again only after its previous attempt failed: start its slot over rather than
   // keep half of the old attempt's streams. That attempt may have had some streams refused (it came
   // before the slot was free) and the others accepted, then closed by the joiner: a stream of the
@@ -189,56 +194,73 @@ Result<Channel*> Net::channel(int peer, Deadline d) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!aborted_.ok()) return aborted_;
   if (chans_[peer]) return chans_[peer].get();
-  std::vector<ConnPtr> conns;
+  if ((rank_ < peer && !reversed_[size_t(peer)]) || (joiner_ && peer == 0)) return dial_locked(lk, peer, d);
+  return await_locked(lk, peer, d);
+}
+
+Result<Channel*> Net::dial_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d) {
+  // Another thread may be connecting to this peer already: wait for it rather than race it.
+  if (connecting_.count(peer)) {
+    if (!cv_.wait_until(lk, d, [&] { return !connecting_.count(peer) || !aborted_.ok(); }))
+      return Error(Code::kTimeout, "connecting to " + desc(peer) + " timed out");
+    if (!aborted_.ok()) return aborted_;
+    if (chans_[peer]) return chans_[peer].get();
+  }
+  connecting_.insert(peer);
+  std::string addr = addrs_[peer];
   Mailbox* box = mail_[size_t(peer)].get();
-  if ((rank_ < peer && !reversed_[size_t(peer)]) || (joiner_ && peer == 0)) {
-    // Another thread may be connecting to this peer already: wait for it rather than race it.
-    if (connecting_.count(peer)) {
-      if (!cv_.wait_until(lk, d, [&] { return !connecting_.count(peer) || !aborted_.ok(); }))
-        return Error(Code::kTimeout, "connecting to " + desc(peer) + " timed out");
-      if (!aborted_.ok()) return aborted_;
-      if (chans_[peer]) return chans_[peer].get();
-    }
-    connecting_.insert(peer);
-    std::string addr = addrs_[peer];
-    lk.unlock();
-    auto done = [&](Status s) {
-      std::lock_guard<std::mutex> g(mu_);
-      connecting_.erase(peer);
-      cv_.notify_all();
-      return s;
-    };
-    if (addr.empty()) return done(Error(Code::kInvalidUsage, "address of " + desc(peer) + " is unknown"));
-    // The streams connect in parallel: each costs a TCP handshake and the authentication round trips,
-    // which add up on a WAN.
-    std::vector<Result<ConnPtr>> res(nstreams_, Status(Code::kInternalError, "not connected"));
-    std::vector<std::thread> ts;
-    for (int s = 0; s < nstreams_; ++s)
-      ts.emplace_back([&, s] { res[s] = be_->connect(addr, peer, s, box, d); });
-    for (auto& t : ts) t.join();
-    Status bad;
-    for (auto& r : res) {
-      if (r.ok()) conns.push_back(r.value());
-      else if (bad.ok()) bad = r.status();
-    }
-    if (!bad.ok()) {
-      for (auto& x : conns) x->close();
-      return done(std::move(bad).context("rank " + std::to_string(rank_) + " connecting to " + desc(peer)));
-    }
+  lk.unlock();
+  if (addr.empty()) {
     lk.lock();
     connecting_.erase(peer);
     cv_.notify_all();
-    if (!aborted_.ok()) {
-      for (auto& x : conns) x->close();
-      return aborted_;
-    }
-  } else {
-    auto ready = [&] { return !aborted_.ok() || all_streams_accepted_locked(peer); };
-    if (!cv_.wait_until(lk, d, ready))
-      return Error(Code::kTimeout, desc(peer) + " did not connect to rank " + std::to_string(rank_) + " before the timeout");
-    if (!aborted_.ok()) return aborted_;
-    conns = accepted_[peer];
+    return Error(Code::kInvalidUsage, "address of " + desc(peer) + " is unknown");
   }
+  // The streams connect in parallel: each costs a TCP handshake and the authentication round trips,
+  // which add up on a WAN.
+  std::vector<Result<ConnPtr>> res(nstreams_, Status(Code::kInternalError, "not connected"));
+  std::vector<std::thread> ts;
+  for (int s = 0; s < nstreams_; ++s)
+    ts.emplace_back([&, s] { res[s] = be_->connect(addr, peer, s, box, d); });
+  for (auto& t : ts) t.join();
+  std::vector<ConnPtr> conns;
+  Status bad;
+  for (auto& r : res) {
+    if (r.ok()) conns.push_back(r.value());
+    else if (bad.ok()) bad = r.status();
+  }
+  lk.lock();
+  connecting_.erase(peer);
+  cv_.notify_all();
+  if (!bad.ok() || !aborted_.ok()) {
+    for (auto& x : conns) x->close();
+    if (!aborted_.ok()) return aborted_;
+    return std::move(bad).context("rank " + std::to_string(rank_) + " connecting to " + desc(peer));
+  }
+  return install_locked(peer, std::move(conns));
+}
+
+Result<Channel*> Net::await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d) {
+  auto ready = [&] { return !aborted_.ok() || chans_[peer] || all_streams_accepted_locked(peer); };
+  // A lower rank connects; one that has not within a second may never (it does not take part in
+  // what this rank sends: its call named another root) and this rank, which has something to send
+  // it, dials it instead (a fixed communicator; the lower rank takes those streams as the channel,
+  // on_accept). Refused (it is dialling this rank right now) or failed: its streams are awaited.
+  constexpr auto kDialAfter = std::chrono::seconds(1);
+  if (!elastic_ && !joiner_ && !cv_.wait_until(lk, std::min(d, Clock::now() + kDialAfter), ready) &&
+      Clock::now() < d && !connecting_.count(peer) && accepted_[size_t(peer)].empty()) {
+    auto dialled = dial_locked(lk, peer, d);
+    if (dialled.ok()) return dialled;
+    SPARROW_TRACE("rank %d: dialling %s (it had not connected): %s", rank_, desc(peer).c_str(), dialled.status().message().c_str());
+  }
+  if (!cv_.wait_until(lk, d, ready))
+    return Error(Code::kTimeout, desc(peer) + " did not connect to rank " + std::to_string(rank_) + " before the timeout");
+  if (!aborted_.ok()) return aborted_;
+  if (chans_[peer]) return chans_[peer].get();
+  return install_locked(peer, accepted_[peer]);
+}
+
+Result<Channel*> Net::install_locked(int peer, std::vector<ConnPtr> conns) {
   chans_[peer] = std::make_unique<Channel>(std::move(conns));
   SPARROW_TRACE("rank %d: channel to %s over %d %s stream(s)", rank_, desc(peer).c_str(), nstreams_, be_->name());
   return chans_[peer].get();

@@ -90,11 +90,21 @@ class Net {
     for (int r = 0; r < nranks_; ++r) n += box(r)->discard_before(comm, seq, keep_sub);
     return n;
   }
+  size_t discard_sub_before(uint64_t comm, uint64_t seq, uint32_t only_sub) {
+    size_t n = 0;
+    for (int r = 0; r < nranks_; ++r) n += box(r)->discard_sub_before(comm, seq, only_sub);
+    return n;
+  }
 
  private:
   Net() = default;
   FrameSink* on_accept(const ConnPtr& c);
   Result<Channel*> channel(int peer, Deadline d);
+  // channel(): this rank connects the streams (a lower rank, or a joiner to rank 0) ...
+  Result<Channel*> dial_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d);
+  // ... or waits for the peer's (dialling it itself past a grace, in a fixed communicator).
+  Result<Channel*> await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d);
+  Result<Channel*> install_locked(int peer, std::vector<ConnPtr> conns);
   std::string desc(int peer) const;
   // The peer's current mailbox (a revived slot gets a new one; the old ones stay alive, failed, for
   // waiters that still hold them).
