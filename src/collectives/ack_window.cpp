@@ -1,5 +1,6 @@
 #include "collectives/ack_window.h"
 
+#include "collectives/root_watch.h"
 #include "core/log.h"
 
 namespace sparrow::coll {
@@ -34,10 +35,20 @@ bool AckWindow::drain_one(const OpWire& w, int me, Pending& p, bool block, Statu
       ++it;
       continue;
     }
-    auto a = op.recv(*it, kAckSub, block ? w.deadline : transport::Clock::now());
+    auto a = recv_ack(op, *it, block ? w.deadline : transport::Clock::now());
     if (!a.ok() && a.status().code() == Code::kTimeout && !block) {
       ++it;
       continue;
+    }
+    if (!a.ok() && a.status().code() == Code::kInvalidUsage) {
+      // Ranks disagree on the root: those not heard from yet may never answer (they named another
+      // root). Each gets a full snapshot at the next operation instead of its acknowledgement's
+      // catch-up: one that failed this operation holds an older version and waits for its resync.
+      if (first->ok()) *first = a.status();
+      if (on_resync_)
+        for (int r : p.ranks) on_resync_(p.key, r, 0);
+      p.ranks.clear();
+      return true;
     }
     Status s = a.ok() ? take(a.value(), *it, p.seq, p.key) : a.status();
     if (!s.ok() && first->ok()) *first = std::move(s);
@@ -56,10 +67,17 @@ Status AckWindow::drain(const OpWire& w, int me, size_t window) {
   return first;
 }
 
+void AckWindow::forget_before(const OpWire& w, uint64_t seq) const {
+  size_t n = 0;
+  for (uint32_t sub : {kClaimSub, kNoticeSub}) n += w.net.discard_sub_before(w.comm, oldest(seq), sub);
+  if (n) SPARROW_TRACE("root: dropped %zu claim(s) and notice(s) of earlier operations", n);
+}
+
 Status AckWindow::agree(const OpWire& w, const std::vector<int>& ranks) {
   Status first;
   for (int r : ranks) {
-    auto a = w.recv(r, kAckSub);
+    auto a = recv_ack(w, r, w.deadline);
+    if (!a.ok() && a.status().code() == Code::kInvalidUsage) return a.status();  // ranks disagree on the root
     Status s = a.ok() ? take(a.value(), r, w.seq, {}) : a.status();
     if (!s.ok() && first.ok()) first = std::move(s);
   }

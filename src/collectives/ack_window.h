@@ -35,6 +35,12 @@ class AckWindow {
   // Waits for `ranks`' acknowledgements of w.seq (not posted); the first failure among them.
   Status agree(const OpWire& w, const std::vector<int>& ranks);
   size_t outstanding() const { return pending_.size(); }
+  // The oldest operation still expecting acknowledgements (`otherwise` when none does).
+  uint64_t oldest(uint64_t otherwise) const { return pending_.empty() ? otherwise : pending_.front().seq; }
+  // A root's mailbox cleanup at the start of its operation `seq`, after its drain: the claims of
+  // receivers that waited for it and the notices of disagreements (root_watch.h) in operations
+  // before the oldest still drained go.
+  void forget_before(const OpWire& w, uint64_t seq) const;
   // Ranks of operation `seq` still expected (empty when it was fully acknowledged or never posted).
   std::vector<int> missing(uint64_t seq) const;
   // One acknowledgement: its failure as the root sees it (Ok for a rank that is resynced next time).

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <thread>
 
+#include "collectives/root_watch.h"
 #include "core/log.h"
 
 namespace sparrow::coll {
@@ -234,13 +235,25 @@ Status collect_acks(Engine& e, const OpWire& w, const BufferKey& key, std::vecto
   for (int r : expect)
     if (e.members.is_live(r)) waiting.push_back({r, until});
   Status first;
+  auto other_root_at = Clock::now();
   while (!waiting.empty()) {
     SPARROW_RETURN_IF_ERROR(w.net.aborted());  // not the members' failure: nobody is dropped for it
     const uint64_t seen = w.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
     std::erase_if(waiting, [&](Awaited& a) { return look_at(e, w, key, a, parts, acked, &first, reqs); });
     if (waiting.empty()) break;
+    if (Clock::now() >= other_root_at) {
+      // Ranks that named another root never acknowledge: nobody is dropped for it, and the verdict
+      // (when one is due) tells every member not heard from yet why (as if it had acknowledged).
+      Status other = check_no_other_root(w);
+      if (!other.ok()) {
+        for (auto& a : waiting) acked->push_back(a.rank);
+        std::sort(acked->begin(), acked->end());
+        return other;
+      }
+      other_root_at = Clock::now() + std::chrono::milliseconds(100);
+    }
     auto next = std::min_element(waiting.begin(), waiting.end(), [](auto& x, auto& y) { return x.until < y.until; });
-    w.net.arrivals().wait(seen, next->until);
+    w.net.arrivals().wait(seen, std::min(next->until, other_root_at));
   }
   std::sort(acked->begin(), acked->end());
   return first;
@@ -323,7 +336,8 @@ void stamp_elastic(const Engine& e, OpHeader& h, const std::vector<int>& members
 }
 
 Result<ReceivedHeader> elastic_header(Engine& e, const OpWire& w, int root, bool* dropped) {
-  SPARROW_ASSIGN_OR_RETURN(auto m, w.recv(root, 0));
+  SPARROW_ASSIGN_OR_RETURN(auto m, recv_header(w, root, root, w.deadline));
+  if (is_abort(m)) return abort_status(m);
   Frame f = share(std::move(m));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
   if (!(h.flags & kOpElastic))

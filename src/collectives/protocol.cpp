@@ -210,6 +210,8 @@ std::string name_key(const transport::MsgKey& k) {
     case kVerdictSub: return "verdict on " + op;
     case kReattachSub: return "re-attach request of " + op;
     case kHoldsSub: return "joiner's digests in " + op;
+    case kClaimSub: return "claim (waiting for the root it named) in " + op;
+    case kNoticeSub: return "notice (ranks disagree on the root) of " + op;
     default:
       if (k.sub >= kBeatSub && k.sub < kAckSub) return "heartbeat " + std::to_string(k.sub - kBeatSub) + " in " + op;
       return "part " + std::to_string(k.sub) + " of " + op;

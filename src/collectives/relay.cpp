@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/root_watch.h"
 #include "core/log.h"
 #include "core/params.h"
 
@@ -304,8 +305,11 @@ Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
   return recv_serving(sub, part_deadline());
 }
 
-Result<Frame> Relay::next(uint32_t sub) {
-  auto m = receive(sub);
+Result<Frame> Relay::next(uint32_t sub) { return forward_received(sub, receive(sub)); }
+
+Result<Frame> Relay::header(int root) { return forward_received(0, recv_header(w_, parent_, root, part_deadline())); }
+
+Result<Frame> Relay::forward_received(uint32_t sub, Result<std::vector<uint8_t>> m) {
   if (!m.ok()) return pass_down(sub, m.status());
   Frame f = share(std::move(m.value()));
   forward(sub, transport::Payload{f->data(), f->size(), f}, f);

@@ -90,6 +90,10 @@ class Relay {
   // Receives part `sub` from the parent and forwards it. An abort frame from above (forwarded too)
   // is returned as its failure; a failure to receive is passed down as an abort frame.
   Result<Frame> next(uint32_t sub);
+  // next(0) for a fixed communicator's operation header, this rank having named `root`: while it
+  // waits, it watches for ranks that named another root (root_watch.h), failing fast with
+  // kInvalidUsage (passed down like any failure).
+  Result<Frame> header(int root);
   // The same into caller memory (dense segments): received in place and forwarded from there, so
   // `dst` must stay valid until finish(). An abort frame (or a re-attach) works as in next(); a
   // failed segment may leave `dst` partly written.
@@ -118,6 +122,9 @@ class Relay {
   uint64_t bytes() const { return bytes_.load(); }
 
  private:
+  // What receive() (or recv_header) gave for part `sub`: forwarded to the children, or its failure
+  // passed down; an abort frame from above is returned as its status.
+  Result<Frame> forward_received(uint32_t sub, Result<std::vector<uint8_t>> m);
   // The parent failed while this rank waited for part `sub`: the children get the reason instead.
   Status pass_down(uint32_t sub, Status why);
   // Part `sub` from the parent (elastic: from the root instead, when the parent failed).

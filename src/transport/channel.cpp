@@ -159,10 +159,19 @@ Mailbox::Traffic Mailbox::traffic(uint64_t seq_lo, uint64_t seq_hi) const {
 
 size_t Mailbox::discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub) {
   std::lock_guard<std::mutex> lk(mu_);
+  return discard_locked(comm, seq, [&](uint32_t sub) { return sub != keep_sub; });
+}
+
+size_t Mailbox::discard_sub_before(uint64_t comm, uint64_t seq, uint32_t only_sub) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return discard_locked(comm, seq, [&](uint32_t sub) { return sub == only_sub; });
+}
+
+size_t Mailbox::discard_locked(uint64_t comm, uint64_t seq, const std::function<bool(uint32_t sub)>& which) {
   size_t n = 0;
   for (auto it = entries_.lower_bound(MsgKey{comm, 0, 0}); it != entries_.end() && it->first.comm == comm && it->first.seq < seq;) {
     const Entry& e = it->second;
-    if (e.got == e.total && e.claimed == e.got && !e.ext && it->first.sub != keep_sub) {  // whole, not being written
+    if (e.got == e.total && e.claimed == e.got && !e.ext && which(it->first.sub)) {  // whole, not being written
       it = entries_.erase(it);
       ++n;
     } else {

@@ -66,6 +66,8 @@ class Mailbox : public FrameSink {
   // nobody took (an operation this rank gave up on, a resync it no longer waits for), except those
   // with sub `keep_sub` (what this rank takes later: a root's acknowledgements).
   size_t discard_before(uint64_t comm, uint64_t seq, uint32_t keep_sub);
+  // The same for the messages with sub `only_sub` alone.
+  size_t discard_sub_before(uint64_t comm, uint64_t seq, uint32_t only_sub);
   // This peer's frames of operations seq_lo..seq_hi (of any communicator on this Net): bytes, and
   // when (steady clock, ns) the first and the last of them ended (-1: none). The last 256 operations
   // are kept. Readable from any thread.
@@ -99,6 +101,7 @@ class Mailbox : public FrameSink {
   };
   Status wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d);
   bool frame_end_locked(Conn* c, const FrameHeader& h);  // true when a message completed
+  size_t discard_locked(uint64_t comm, uint64_t seq, const std::function<bool(uint32_t sub)>& which);
   // recv_into giving up: returns once no frame is being written into entry `k`'s caller buffer.
   void release_caller_buffer(std::unique_lock<std::mutex>& lk, const MsgKey& k);
   std::string peer_desc_;

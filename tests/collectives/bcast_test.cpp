@@ -651,6 +651,70 @@ TEST_P(BcastTest, MismatchedArgumentsFailEveryRank) {
   for (auto x : rc) EXPECT_EQ(x, sparrowSuccess);
 }
 
+// Ranks that pass different roots to one call (a caller's mistake) build different trees: each used
+// to wait for a parent that never sent, until SPARROW_TIMEOUT_S (60 s here), and the next correct
+// call failed too. Now every rank fails within seconds with sparrowInvalidUsage whose message says
+// which ranks named which root, in each shape of the mistake, and the communicator works on.
+TEST_P(BcastTest, RanksThatDisagreeOnTheRootAllFailWithinSeconds) {
+  struct Case {
+    const char* what;
+    std::vector<int> roots;  // per rank
+    bool dense;
+  };
+  const std::vector<Case> cases = {
+      {"one rank names another receiver", {0, 0, 1}, false},
+      {"one rank names itself", {0, 0, 2}, false},
+      {"two ranks name each other", {1, 0}, false},
+      {"nobody names itself", {2, 2, 0}, false},
+      {"dense, one rank names itself", {0, 1, 0}, true},
+      {"dense, one rank names another receiver", {0, 2, 0, 0}, true},
+  };
+  for (const Case& k : cases) {
+    const int n = int(k.roots.size());
+    Comms cs(n);
+    std::vector<std::vector<float>> buf(size_t(n), std::vector<float>(1000, 0.f));
+    for (int r = 0; r < n; ++r) buf[size_t(r)][0] = float(r + 1);
+    auto call = [&](int r, int root) {
+      float* b = buf[size_t(r)].data();
+      return k.dense ? sparrowBcast(b, 1000, sparrowFloat32, root, cs.c[r], nullptr)
+                     : sparrowSparseBcast(b, b, 1000, sparrowFloat32, root, cs.c[r], nullptr);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto rc = cs.run([&](int r) { return call(r, k.roots[size_t(r)]); });
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(took, 15) << k.what;
+    for (int r = 0; r < n; ++r) {
+      const std::string msg = sparrowGetLastError(cs.c[r]);
+      EXPECT_EQ(rc[r], sparrowInvalidUsage) << k.what << ", rank " << r << ": " << msg;
+      EXPECT_NE(msg.find("disagree on the root"), std::string::npos) << k.what << ", rank " << r << ": " << msg;
+      EXPECT_NE(msg.find("named root"), std::string::npos) << k.what << ", rank " << r << ": " << msg;
+    }
+    rc = cs.run([&](int r) { return call(r, 0); });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(rc[r], sparrowSuccess) << k.what << ", then a correct call, rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      EXPECT_EQ(buf[size_t(r)], buf[0]) << k.what << ", rank " << r;
+    }
+    if (k.dense) continue;
+    // On buffers that have a version already the root does not wait for its receivers: each rank
+    // fails fast or gets the step bit-exact; the root hears of it by its next call at the latest.
+    buf[0][1] = 42.f;
+    const auto t1 = std::chrono::steady_clock::now();
+    rc = cs.run([&](int r) { return call(r, k.roots[size_t(r)]); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 15) << k.what << ", later call";
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(rc[r] == sparrowSuccess || rc[r] == sparrowInvalidUsage) << k.what << ", later call, rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      if (rc[r] == sparrowSuccess && k.roots[size_t(r)] != r) EXPECT_EQ(buf[size_t(r)], buf[0]) << k.what << ", later call, rank " << r;
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    for (int round = 0; round < 2; ++round) rc = cs.run([&](int r) { return call(r, 0); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count(), 15) << k.what << ", correct calls";
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(rc[r], sparrowSuccess) << k.what << ", later call, then correct calls, rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+      EXPECT_EQ(buf[size_t(r)], buf[0]) << k.what << ", rank " << r;
+    }
+  }
+}
+
 TEST_P(BcastTest, ResetMakesTheNextCallDense) {
   Comms cs(2);
   std::vector<uint32_t> a(1000, 7);

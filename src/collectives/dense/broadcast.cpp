@@ -110,6 +110,7 @@ Status root_send(const BufferArg& b, DenseOp& op, int root, Fanout& out) {
 Status dense_root(Engine& e, const std::vector<BufferArg>& bufs, int root, std::vector<DenseOp>& ops) {
   const uint64_t first_seq = ops.empty() ? 0 : ops.front().seq;
   SPARROW_RETURN_IF_ERROR(e.acks.drain(e.wire(first_seq), e.rank(), AckWindow::kDefaultWindow));
+  e.acks.forget_before(e.wire(first_seq), first_seq);
   std::vector<std::unique_ptr<Fanout>> outs;
   for (size_t k = 0; k < bufs.size(); ++k) {
     outs.push_back(std::make_unique<Fanout>(e.wire(ops[k].seq), ops[k].tree.children[e.rank()]));
@@ -130,7 +131,7 @@ Status dense_root(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
 // A receiver's (relay's) part of one buffer: header, then every segment into its buffer (or scratch
 // on a mismatch, or host staging for a device buffer), each forwarded as it lands.
 Status sink_receive(Engine& e, const BufferArg& b, DenseOp& op, int root, Relay& relay) {
-  SPARROW_ASSIGN_OR_RETURN(Frame hf, relay.next(0));
+  SPARROW_ASSIGN_OR_RETURN(Frame hf, relay.header(root));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*hf));
   op.result = check_header(h, kDense, {b}, root, e.rank());
   const size_t bytes = h.bufs.empty() ? 0 : bytes_of(h.bufs[0]);

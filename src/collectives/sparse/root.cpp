@@ -240,6 +240,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   const auto& kids = op.tree.children[e.rank()];
   const bool elastic = e.comm.elastic();
   Status result = elastic ? Status::Ok() : e.acks.drain(w, e.rank(), AckWindow::kDefaultWindow);
+  e.acks.forget_before(w, op.seq);
   RootState& rs = root_state(e, op);
   const bool full = !rs.enc->has_state();
   const uint64_t base = rs.enc->version();

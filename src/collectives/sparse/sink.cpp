@@ -79,7 +79,7 @@ Status SparseSink::receive() {
   if (!acked_ && !dropped_) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
     // and asks to be brought up to date at the next operation (best effort: the root may be gone).
-    need_resync_ = true;
+    need_resync_ = !no_root_;
     (void)relay_->wire().send({root_}, kAckSub, share(Ack{r, true, rv_->st.version}.encode()));
   }
   return r;
@@ -113,7 +113,7 @@ Result<ReceivedHeader> SparseSink::elastic_header() {
 // The operation's header: from the root (elastic), else down the tree.
 Result<ReceivedHeader> SparseSink::header() {
   if (e_.comm.elastic()) return elastic_header();
-  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_->next(0));
+  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_->header(root_));
   SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
   return ReceivedHeader{std::move(f), std::move(h)};
 }
@@ -123,6 +123,7 @@ Phase SparseSink::on_header() {
   forget_earlier_ops();
   if (!got.ok()) {
     fatal_ = got.status();
+    no_root_ = fatal_.code() == Code::kInvalidUsage;
     return Phase::kDone;
   }
   const OpHeader& h = got->h;

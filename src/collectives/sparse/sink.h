@@ -85,6 +85,11 @@ class SparseSink {
   bool lingers_ = false;    // on_flush: the relay goes on serving adoptions after the call returns
   bool committed_ = false;  // commit() wrote this step
   bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
+  // The header never came because ranks disagree on the root (root_watch.h): whether the root this
+  // rank named sent the operation at all is unknown, so this rank does not wait for a resync at the
+  // next one unless that operation's header lists it (a root that did send lists every rank it did
+  // not hear from, or that asked).
+  bool no_root_ = false;
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
   std::vector<uint64_t> declared_;  // a joiner: the digests of its buffers it told the root
