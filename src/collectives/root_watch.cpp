@@ -2,6 +2,7 @@
 #include "collectives/root_watch.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "core/log.h"
@@ -104,30 +105,41 @@ Result<std::vector<uint8_t>> from_parent(const OpWire& w, int from, int root, st
                                                           " sent it names root " + std::to_string(h->root)));
 }
 
+// Message `sub` of operation w.seq from `from` by `d`; `look` runs at once and every kLookEvery
+// meanwhile, and its failure ends the wait.
+Result<std::vector<uint8_t>> watched_recv(const OpWire& w, int from, uint32_t sub, transport::Deadline d,
+                                          const std::function<Status()>& look) {
+  auto look_at = Clock::now();
+  for (;;) {
+    const uint64_t seen = w.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
+    auto m = w.net.poll(from, w.key(sub));
+    if (m.ok() || m.status().code() != Code::kTimeout) return m;
+    const auto now = Clock::now();
+    if (now >= look_at) {
+      SPARROW_RETURN_IF_ERROR(look());
+      look_at = now + kLookEvery;
+    }
+    if (now >= d) return w.recv(from, sub, now);  // (its timeout, worded as every receive's)
+    w.net.arrivals().wait(seen, std::min(d, look_at));
+  }
+}
+
 }  // namespace
 
 Result<std::vector<uint8_t>> recv_header(const OpWire& w, int from, int root, transport::Deadline d) {
   SPARROW_RETURN_IF_ERROR(w.net.connect(from, d));
   const auto claim_at = Clock::now() + kClaimAfter;
   bool claimed = root == w.net.rank();
-  auto look_at = Clock::now();
-  for (;;) {
-    const uint64_t seen = w.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
-    auto m = w.net.poll(from, w.key(0));
-    if (m.ok()) return from_parent(w, from, root, std::move(m.value()));
-    if (m.status().code() != Code::kTimeout) return m;
-    const auto now = Clock::now();
-    if (now >= look_at) {
-      SPARROW_RETURN_IF_ERROR(receiver_look(w, from, root));
-      look_at = now + kLookEvery;
-    }
-    if (!claimed && now >= claim_at) {
+  auto m = watched_recv(w, from, 0, d, [&] {
+    SPARROW_RETURN_IF_ERROR(receiver_look(w, from, root));
+    if (!claimed && Clock::now() >= claim_at) {
       claimed = true;
       (void)briefly(w).send({root}, kClaimSub, share(claim_message(root)));
     }
-    if (now >= d) return w.recv(from, 0, now);  // (its timeout, worded as every receive's)
-    w.net.arrivals().wait(seen, std::min(d, look_at));
-  }
+    return Status::Ok();
+  });
+  if (!m.ok()) return m;
+  return from_parent(w, from, root, std::move(m.value()));
 }
 
 Status check_no_other_root(const OpWire& w) {
@@ -146,19 +158,7 @@ Result<std::vector<uint8_t>> recv_ack(const OpWire& w, int rank, transport::Dead
     return a;
   }
   SPARROW_RETURN_IF_ERROR(w.net.connect(rank, d));
-  auto look_at = Clock::now();
-  for (;;) {
-    const uint64_t seen = w.net.arrivals().generation();  // before looking: nothing arriving meanwhile is missed
-    auto a = w.net.poll(rank, w.key(kAckSub));
-    if (a.ok() || a.status().code() != Code::kTimeout) return a;
-    const auto now = Clock::now();
-    if (now >= look_at) {
-      SPARROW_RETURN_IF_ERROR(check_no_other_root(w));
-      look_at = now + kLookEvery;
-    }
-    if (now >= d) return w.recv(rank, kAckSub, now);  // (its timeout, worded as every receive's)
-    w.net.arrivals().wait(seen, std::min(d, look_at));
-  }
+  return watched_recv(w, rank, kAckSub, d, [&] { return check_no_other_root(w); });
 }
 
 }  // namespace sparrow::coll
