@@ -286,6 +286,65 @@ sparrowResult_t sparrowCommGetProgress(sparrowComm_t comm, unsigned long long* b
  * sparrowInvalidArgument when buf is too small. */
 sparrowResult_t sparrowCommGetStatsJson(sparrowComm_t comm, char* buf, size_t len, size_t* needed);
 
+/* ---- Models: named tensors, receivers' own layouts, versions ----
+ * A model is a set of named tensors synchronised as one sparse step per call (the tensors of one
+ * sparrowSparseBcast group, matched by name instead of by position). The root holds the logical
+ * model (the trainer's tensors, whole); each receiver describes its own tensors: a tensor with no
+ * pieces is the whole logical tensor of its name (same dtype and shape); a tensor with pieces holds
+ * ranges of logical tensors, each along one dimension (a fused qkv_proj holds q, k and v along dim 0;
+ * a tensor-parallel shard holds a slice), and elements no piece covers (vocabulary padding) are
+ * never written. */
+typedef struct {
+  const char* logical; /* the logical tensor's name */
+  int dim;             /* the dimension the piece is a range of */
+  size_t start, stop;  /* logical[..., start:stop, ...] along dim */
+  size_t offset;       /* ... is local[..., offset:offset + stop - start, ...]; other dimensions equal */
+} sparrowPiece_t;
+
+typedef struct {
+  const char* name;             /* this rank's name for it (1..1024 bytes, unique in the model) */
+  void* data;                   /* contiguous, row-major: the root reads it, receivers write it */
+  sparrowDataType_t datatype;
+  int ndim;                     /* 0..16 */
+  const size_t* shape;          /* ndim sizes */
+  const sparrowPiece_t* pieces; /* NULL with npieces 0: the whole logical tensor `name` */
+  int npieces;
+} sparrowTensor_t;
+
+typedef struct sparrowModel* sparrowModel_t;
+
+/* Describes this rank's tensors (copied; their memory must stay valid while the model lives). Local:
+ * nothing travels until the first sparrowModelSync or sparrowModelStage, which every rank of the
+ * communicator calls with the same root. Errors: sparrowInvalidArgument (a bad name, shape, piece
+ * outside its tensor, pieces overlapping in one tensor, pieces on the root, a tensor with pieces in
+ * device memory). The communicator must outlive the model. */
+sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
+                                   int ntensors, int root);
+/* One version step: the root pushes its tensors' current values, every receiver gets them in its
+ * own tensors, bit-exact. The first call agrees on the model: the root sends the names, dtypes and
+ * shapes of its tensors, and a receiver tensor or piece that does not fit them (an unknown name, a
+ * shape, dtype or range that differs) fails the call on every rank with sparrowInvalidUsage naming
+ * it (the next call tries again). The guarantees of sparrowSparseBcast hold for the whole model:
+ * a receiver's tensors (pieces included) hold the old version or the new one; a receiver whose
+ * tensors were written to since the last step gets sparrowVersionMismatch, nothing written, and
+ * the next call brings it a full snapshot. Receivers with pieces keep a host copy of the logical
+ * tensors they hold pieces of (the mirror), and each step compares their pieces with it and writes
+ * only the 64-byte lines that changed. */
+sparrowResult_t sparrowModelSync(sparrowModel_t model);
+/* Staging, as sparrowSparseBcastStage / sparrowStageCommit (sparrowStageQuery tells readiness): the
+ * receiver's tensors are only read until the commit. On the root, Stage is Sync and Commit does
+ * nothing. */
+sparrowResult_t sparrowModelStage(sparrowModel_t model);
+sparrowResult_t sparrowModelCommit(sparrowModel_t model);
+/* The version this rank holds (the root: the last one it sent); equal on every rank that holds the
+ * same version; 0 before the first step. */
+sparrowResult_t sparrowModelGetVersion(sparrowModel_t model, unsigned long long* version);
+/* The content digest of logical tensor `logical` as this rank holds it (host memory only): equal on
+ * two ranks exactly when they hold the same bits (up to a 64-bit hash), whatever their layouts. */
+sparrowResult_t sparrowModelGetDigest(sparrowModel_t model, const char* logical, unsigned long long* digest);
+/* Frees the model (not collective); its tensors' next step in another model starts from a snapshot. */
+sparrowResult_t sparrowModelDestroy(sparrowModel_t model);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

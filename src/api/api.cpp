@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/api_internal.h"
+#include "api/handle.h"
 #include "bootstrap/bootstrap.h"
 #include "collectives/bcast.h"
 #include "collectives/elastic.h"
@@ -33,90 +34,13 @@ static_assert(sparrowAuthError == static_cast<int>(sparrow::Code::kAuthError), "
 static_assert(sparrowVersionMismatch == static_cast<int>(sparrow::Code::kVersionMismatch), "result codes must match");
 static_assert(sizeof(sparrowUniqueId) == sparrow::bootstrap::kIdBytes, "unique id size");
 
-struct sparrowComm {
-  std::unique_ptr<sparrow::Comm> impl;
-  std::unique_ptr<sparrow::coll::Engine> coll;  // the collectives' state on impl (destroyed first)
-  // Calls running on this communicator: sparrowCommAbort (from another thread) aborts, waits for
-  // them to return (every wait fails once aborted), and only then frees.
-  std::atomic<int> in_use{0};
-  std::mutex idle_mu;
-  std::condition_variable idle_cv;  // notified when in_use drops to 0
-};
-
-namespace {
-// The handles sparrowCommInitRank made and that were not destroyed or aborted since: every call checks
-// its handle here, so a destroyed, aborted or foreign one is refused (kInvalidUsage), not dereferenced.
-std::mutex g_live_mu;
-std::set<const sparrowComm*> g_live;
-
-// A live handle, held for the duration of a call (sparrowCommAbort waits for the calls that hold it).
-class Pin {
- public:
-  explicit Pin(sparrowComm* comm) {
-    std::lock_guard<std::mutex> lk(g_live_mu);
-    if (comm && g_live.count(comm)) {
-      c_ = comm;
-      c_->in_use.fetch_add(1);
-    }
-  }
-  ~Pin() {
-    if (c_ && c_->in_use.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lk(c_->idle_mu);
-      c_->idle_cv.notify_all();
-    }
-  }
-  Pin(const Pin&) = delete;
-  Pin& operator=(const Pin&) = delete;
-  explicit operator bool() const { return c_ != nullptr; }
-
- private:
-  sparrowComm* c_ = nullptr;
-};
-
-// Waits (up to SPARROW_TIMEOUT_S) until no call holds the handle. False: one still does; the caller
-// must not free it then (better a leak than a use after free).
-bool wait_idle(sparrowComm* c, const char* fn) {
-  std::unique_lock<std::mutex> lk(c->idle_mu);
-  if (c->idle_cv.wait_for(lk, std::chrono::duration<double>(sparrow::transport::timeout_seconds()),
-                          [&] { return c->in_use.load() == 0; }))
-    return true;
-  SPARROW_WARN("%s: a call on this communicator from another thread did not return within SPARROW_TIMEOUT_S; "
-               "its memory is left allocated", fn);
-  return false;
-}
-
-// Takes the handle out of the live set; false if it was not in it.
-bool retire(sparrowComm* comm) {
-  std::lock_guard<std::mutex> lk(g_live_mu);
-  return g_live.erase(comm) > 0;
-}
-
-sparrow::Status dead_handle(const char* fn, const void* comm) {
-  return sparrow::Error(sparrow::Code::kInvalidUsage,
-                        std::string(fn) + (comm ? ": the communicator was destroyed or aborted (or is not one "
-                                                  "sparrowCommInitRank made)"
-                                                : ": comm is NULL"));
-}
-}  // namespace
-
 namespace sparrow {
 Comm* comm_impl(sparrowComm_t c) { return c ? c->impl.get() : nullptr; }
 }  // namespace sparrow
 
+using namespace sparrow::api;
+
 namespace {
-
-thread_local std::string t_last_error;
-std::atomic<bool> g_echo_errors{true};  // sparrowSetErrorEcho
-
-sparrowResult_t fail(const sparrow::Status& s, sparrowComm* comm = nullptr) {
-  t_last_error = s.to_string();
-  Pin live(comm);  // a dead handle gets no record (it is not touched)
-  if (live) comm->impl->set_error(s);
-  if (g_echo_errors.load(std::memory_order_relaxed)) SPARROW_WARN("%s", t_last_error.c_str());
-  return static_cast<sparrowResult_t>(s.code());
-}
-
-sparrowResult_t invalid(const char* msg) { return fail(sparrow::InvalidArgument(msg)); }
 
 // Group state is per thread, as in NCCL.
 struct PendingOp {
@@ -158,20 +82,6 @@ sparrow::Status check_args(sparrowComm* comm, const void* sendbuff, void* recvbu
     if (comm->impl->rank() != root && !recvbuff) return sparrow::InvalidArgument(f + ": recvbuff is NULL");
   }
   return sparrow::Status::Ok();
-}
-
-// Runs `f` (returning a Status): an allocation failure inside is kSystemError, any other exception
-// kInternalError, never an exception through the C ABI (which would end the user's process).
-template <class F>
-sparrow::Status no_throw(const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return sparrow::Status(sparrow::Code::kSystemError,
-                           std::string(what) + ": out of memory (the process's memory limit was reached)");
-  } catch (const std::exception& e) {
-    return sparrow::Status(sparrow::Code::kInternalError, std::string(what) + ": " + e.what());
-  }
 }
 
 sparrowResult_t run(sparrowComm* comm, const sparrow::Status& s) {
@@ -388,7 +298,7 @@ SPARROW_EXPORT sparrowResult_t sparrowBroadcast(const void* sendbuff, void* recv
                                                 sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowBroadcast");
   if (!s.ok()) return fail(s, comm);
-  return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
+  return enqueue_or_run({false, comm, {sendbuff, recvbuff, count, int(datatype), {}}, root, stream});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowBcast(void* buff, size_t count, sparrowDataType_t datatype, int root,
@@ -401,7 +311,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcast(const void* sendbuff, void* re
                                                   sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcast");
   if (!s.ok()) return fail(s, comm);
-  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream});
+  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype), {}}, root, stream});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, void* recvbuff, size_t count,
@@ -409,7 +319,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSparseBcastStage(const void* sendbuff, voi
                                                        sparrowStream_t stream) {
   sparrow::Status s = check_args(comm, sendbuff, recvbuff, count, datatype, root, stream, "sparrowSparseBcastStage");
   if (!s.ok()) return fail(s, comm);
-  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype)}, root, stream, true});
+  return enqueue_or_run({true, comm, {sendbuff, recvbuff, count, int(datatype), {}}, root, stream, true});
 }
 
 SPARROW_EXPORT sparrowResult_t sparrowStageQuery(sparrowComm_t comm, int* ready) {

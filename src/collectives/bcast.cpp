@@ -23,7 +23,7 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
   op.seq = e.comm.next_seq();
   e.comm.net().begin_traffic(op.seq, op.seq);
   for (size_t i = 0; i < bufs.size(); ++i) {
-    op.layout.push_back({"buffer" + std::to_string(i), uint8_t(bufs[i].dtype), bufs[i].count});
+    op.layout.push_back({bufs[i].name.empty() ? "buffer" + std::to_string(i) : bufs[i].name, uint8_t(bufs[i].dtype), bufs[i].count});
     op.key.push_back(e.rank() == root ? bufs[i].send : bufs[i].recv);
     op.dense += op.layout.back().bytes();
   }

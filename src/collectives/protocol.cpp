@@ -194,7 +194,7 @@ Status check_header(const OpHeader& h, uint8_t kind, const std::vector<BufferArg
   for (size_t i = 0; ok && i < bufs.size(); ++i) ok = h.bufs[i].first == bufs[i].count && h.bufs[i].second == bufs[i].dtype;
   if (ok) return Status::Ok();
   std::vector<BufferArg> theirs;
-  for (auto& [n, d] : h.bufs) theirs.push_back({nullptr, nullptr, n, d});
+  for (auto& [n, d] : h.bufs) theirs.push_back({nullptr, nullptr, n, d, {}});
   return Error(Code::kInvalidUsage, std::string(kind == kSparse ? "sparse_bcast" : "broadcast") +
                                         " arguments differ between ranks: the root called it with " +
                                         arg_desc(theirs, h.root) + "; rank " + std::to_string(me) + " with " +

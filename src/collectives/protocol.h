@@ -48,6 +48,7 @@ struct BufferArg {
   void* recv = nullptr;
   size_t count = 0;
   int dtype = 0;
+  std::string name;  // what errors call it (empty: "buffer<i>", its place in the operation)
 };
 
 using Frame = std::shared_ptr<std::vector<uint8_t>>;

@@ -121,7 +121,7 @@ TEST(Protocol, CheckHeaderNamesBothCalls) {
   h.kind = kSparse;
   h.root = 0;
   h.bufs = {{100, 9}};
-  std::vector<BufferArg> mine = {{nullptr, nullptr, 100, 9}};
+  std::vector<BufferArg> mine = {{nullptr, nullptr, 100, 9, {}}};
   EXPECT_TRUE(check_header(h, kSparse, mine, 0, 2).ok());
   EXPECT_EQ(check_header(h, kDense, mine, 0, 2).code(), Code::kInvalidUsage);
   mine[0].count = 99;

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model as its ranks describe it: every rank's local tensors are pieces of the logical model (the
+// trainer's tensors, by name and global shape). The manifest is the root's list of logical tensors,
+// the order they travel in; a receiver matches its tensors to it by name, and a receiver's local
+// tensor may hold pieces of several logical tensors (a fused qkv_proj) or a slice of one (a
+// tensor-parallel shard), each a range along one dimension.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sparrow::model {
+
+// local[..., offset : offset + (stop - start), ...] along `dim` holds logical[..., start:stop, ...];
+// every other dimension is the same in both.
+struct Piece {
+  std::string logical;
+  int dim = 0;
+  uint64_t start = 0, stop = 0, offset = 0;
+  uint64_t len() const { return stop - start; }
+};
+
+// A tensor of this rank: contiguous, row-major.
+struct LocalTensor {
+  std::string name;
+  void* data = nullptr;  // a source reads it; a receiver writes it
+  uint8_t dtype = 0;
+  std::vector<uint64_t> shape;
+  std::vector<Piece> pieces;  // empty: the whole logical tensor `name`
+  uint64_t numel() const;
+  std::string describe() const;  // "'qkv_proj' [96, 32] bfloat16"
+};
+
+struct LogicalTensor {
+  std::string name;
+  uint8_t dtype = 0;
+  std::vector<uint64_t> shape;
+  uint64_t numel() const;
+  uint64_t bytes() const;
+};
+
+struct Manifest {
+  int32_t root = 0;
+  std::vector<LogicalTensor> tensors;  // the order they travel in
+  std::vector<uint8_t> encode() const;
+  static Result<Manifest> decode(std::span<const uint8_t> m);
+  int find(const std::string& name) const;  // index, or -1
+};
+
+// A rank's own tensors, before anything travels: unique names, known dtypes, shapes whose size fits,
+// pieces inside the local tensor's bounds and not overlapping each other there. A source's tensors
+// must be whole logical tensors.
+Status check_local(const std::vector<LocalTensor>& t, bool source);
+// The source's manifest: its tensors, in its order.
+Manifest manifest_of(const std::vector<LocalTensor>& t, int root);
+
+// Where a receiver puts each logical tensor: straight into a local tensor that is the whole of it,
+// or into a host copy (the mirror) whose changes are then projected onto the local pieces that name
+// it (a logical tensor no local tensor names lands in a mirror too and goes no further).
+struct Projection {
+  size_t local = 0;  // index into the rank's local tensors
+  Piece piece;
+};
+struct Target {
+  int whole = -1;  // the local tensor that is the whole logical tensor, or -1: a mirror
+  std::vector<Projection> pieces;
+};
+// kInvalidUsage naming the tensor when a local tensor does not fit the manifest: an unknown name, a
+// dtype, shape or range that differs from the root's.
+Result<std::vector<Target>> plan_receiver(const Manifest& m, const std::vector<LocalTensor>& locals);
+
+// The byte runs a piece covers: (offset into the logical tensor, offset into the local one, length).
+struct Run {
+  uint64_t logical = 0, local = 0, bytes = 0;
+};
+std::vector<Run> runs_of(const LogicalTensor& l, const LocalTensor& t, const Piece& p);
+
+// Copies the runs where they differ, in 64-byte lines (reads both sides, writes only what changed):
+// logical -> local (`to_local`: projecting a new version) or local -> logical (mirroring what the
+// local tensor holds). Returns the bytes written.
+uint64_t copy_changed(const std::vector<Run>& runs, const uint8_t* from, uint8_t* to, bool to_local);
+// Whether the local tensor holds exactly the logical tensor's bytes in every run.
+bool runs_match(const std::vector<Run>& runs, const uint8_t* logical, const uint8_t* local);
+
+}  // namespace sparrow::model

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "model/model.h"
+
+#include <cstring>
+
+#include "collectives/bcast.h"
+#include "format/checkpoint.h"
+#include "format/digest.h"
+#include "kernels/device.h"
+
+namespace sparrow::model {
+namespace {
+
+// The manifest travels as part 1 of its own operation; acknowledgements and the verdict as usual.
+constexpr uint32_t kManifestSub = 1;
+
+// The ranks the root tells (an elastic communicator's live members; every rank otherwise).
+std::vector<int> others(coll::Engine& e) {
+  std::vector<int> v;
+  for (int r : e.members.live())
+    if (r != e.rank()) v.push_back(r);
+  return v;
+}
+
+// The root's side of the agreement: every rank's check, the first failure as everyone's verdict. An
+// elastic member that does not answer is dropped (as a broadcast would), not a failure.
+Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m) {
+  const std::vector<int> to = others(e);
+  Status verdict = w.send(to, kManifestSub, coll::share(m.encode()));
+  for (int r : to) {
+    if (!verdict.ok()) break;
+    auto bytes = w.recv(r, coll::kAckSub);
+    if (!bytes.ok() && e.comm.elastic()) {
+      e.members.drop(r, w.seq, "no answer to the model's manifest: " + bytes.status().to_string());
+      continue;
+    }
+    if (!bytes.ok()) verdict = bytes.status();
+    auto ack = bytes.ok() ? coll::Ack::decode(*bytes, "rank " + std::to_string(r)) : Result<coll::Ack>(bytes.status());
+    if (bytes.ok() && !ack.ok()) verdict = ack.status();
+    if (ack.ok() && !ack->status.ok())
+      verdict = Status(ack->status.code(), "rank " + std::to_string(r) + ": " + ack->status.message());
+  }
+  Status sent = coll::send_verdict(w, to, verdict);
+  return verdict.ok() ? sent : verdict;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalTensor> tensors, int root) {
+  if (root < 0 || root >= e.comm.nranks())
+    return InvalidArgument("root " + std::to_string(root) + " out of range for " + std::to_string(e.comm.nranks()) +
+                           " ranks");
+  SPARROW_RETURN_IF_ERROR(check_local(tensors, e.rank() == root));
+  auto* dev = kernels::device_ops();
+  for (const auto& t : tensors)
+    if (!t.pieces.empty() && kernels::is_device(dev, t.data))
+      return InvalidArgument("tensor '" + t.name + "': a tensor with a layout (pieces) must be in host memory");
+  return std::unique_ptr<Model>(new Model(e, std::move(tensors), root));
+}
+
+Status Model::agree() {
+  SPARROW_RETURN_IF_ERROR(coll::no_stage_pending(e_));
+  const coll::OpWire w = e_.wire(e_.comm.next_seq());
+  if (is_root()) {
+    manifest_ = manifest_of(locals_, root_);
+    return root_agrees(e_, w, manifest_);
+  }
+  SPARROW_ASSIGN_OR_RETURN(auto bytes, w.recv(root_, kManifestSub));
+  auto m = Manifest::decode(bytes);
+  Status mine = m.ok() ? plan(*m) : m.status();
+  if (m.ok() && m->root != root_)
+    mine = Error(Code::kInvalidUsage, "the model's root is rank " + std::to_string(m->root) + ", not " +
+                                          std::to_string(root_));
+  Status sent = w.send({root_}, coll::kAckSub, coll::share(coll::Ack{mine}.encode()));
+  if (!mine.ok()) return mine;
+  SPARROW_RETURN_IF_ERROR(sent);
+  SPARROW_RETURN_IF_ERROR(coll::recv_verdict(w, root_));
+  manifest_ = std::move(*m);
+  return Status::Ok();
+}
+
+Status Model::plan(const Manifest& m) {
+  SPARROW_ASSIGN_OR_RETURN(targets_, plan_receiver(m, locals_));
+  runs_.assign(m.tensors.size(), {});
+  mirrors_.clear();
+  mirrors_.resize(m.tensors.size());
+  for (size_t l = 0; l < m.tensors.size(); ++l) {
+    for (const Projection& p : targets_[l].pieces) runs_[l].push_back(runs_of(m.tensors[l], locals_[p.local], p.piece));
+    if (targets_[l].whole >= 0) continue;
+    mirrors_[l].resize(m.tensors[l].bytes());
+    std::memset(mirrors_[l].data(), 0, mirrors_[l].size());
+  }
+  return Status::Ok();
+}
+
+std::vector<coll::BufferArg> Model::bufs() const {
+  std::vector<coll::BufferArg> out;
+  for (size_t l = 0; l < manifest_.tensors.size(); ++l) {
+    const LogicalTensor& t = manifest_.tensors[l];
+    coll::BufferArg b;
+    b.count = t.numel();
+    b.dtype = t.dtype;
+    b.name = t.name;
+    if (is_root()) b.send = locals_[l].data;
+    else b.recv = const_cast<uint8_t*>(logical_bytes(l));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+const uint8_t* Model::logical_bytes(size_t l) const {
+  if (is_root()) return static_cast<const uint8_t*>(locals_[l].data);
+  if (targets_[l].whole >= 0) return static_cast<const uint8_t*>(locals_[size_t(targets_[l].whole)].data);
+  return mirrors_[l].data();
+}
+
+void Model::mirror_pieces() {
+  for (size_t l = 0; l < targets_.size(); ++l)
+    for (size_t i = 0; i < targets_[l].pieces.size(); ++i)
+      copy_changed(runs_[l][i], static_cast<const uint8_t*>(locals_[targets_[l].pieces[i].local].data),
+                   mirrors_[l].data(), false);
+}
+
+void Model::project_pieces() {
+  projected_ = 0;
+  for (size_t l = 0; l < targets_.size(); ++l)
+    for (size_t i = 0; i < targets_[l].pieces.size(); ++i)
+      projected_ += copy_changed(runs_[l][i], mirrors_[l].data(),
+                                 static_cast<uint8_t*>(locals_[targets_[l].pieces[i].local].data), true);
+}
+
+void Model::read_version() {
+  coll::BufferKey key;
+  for (const auto& b : bufs()) key.push_back(is_root() ? b.send : b.recv);
+  if (is_root()) {
+    auto it = e_.roots.find(key);
+    if (it != e_.roots.end() && it->second.enc) version_ = it->second.enc->version();
+  } else {
+    auto it = e_.recvs.find(key);
+    if (it != e_.recvs.end()) version_ = it->second.st.version;
+  }
+}
+
+Status Model::step() {
+  if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
+  agreed_ = true;
+  if (!is_root()) mirror_pieces();
+  Status s = coll::sparse_bcast(e_, bufs(), root_);
+  if (s.ok() && !is_root()) project_pieces();
+  read_version();
+  return s;
+}
+
+Status Model::stage() {
+  if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
+  agreed_ = true;
+  if (!is_root()) mirror_pieces();
+  Status s = coll::sparse_stage(e_, bufs(), root_);
+  if (is_root()) read_version();
+  return s;
+}
+
+Status Model::commit() {
+  if (is_root()) return Status::Ok();
+  Status s = coll::stage_commit(e_);
+  if (s.ok() && agreed_) project_pieces();
+  if (agreed_) read_version();
+  return s;
+}
+
+void Model::forget() {
+  if (!agreed_) return;
+  for (const auto& b : bufs()) (void)coll::sparse_reset(e_, is_root() ? b.send : b.recv);
+}
+
+Result<uint64_t> Model::digest(const std::string& name) const {
+  if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
+  const int l = manifest_.find(name);
+  if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
+  const uint8_t* p = logical_bytes(size_t(l));
+  if (kernels::is_device(kernels::device_ops(), p))
+    return InvalidArgument("tensor '" + name + "' is in device memory: its digest is computed on host tensors only");
+  const auto& t = manifest_.tensors[size_t(l)];
+  return format::digest_range(0, p, 0, t.numel(), format::dtype_size(t.dtype));
+}
+
+}  // namespace sparrow::model

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model synchronised as one versioned sparse step per call (sparrowModel_t): the root's named
+// tensors travel as one sparse broadcast; each receiver matches them to its own tensors by name and
+// layout (manifest.h).
+//
+// The first step agrees on the manifest: the root sends it to every rank, each checks its tensors
+// against it, and the root's verdict (the first rank's failure, naming the tensor) is every rank's
+// result. Then, every step, the sparse broadcast runs over the logical tensors in the manifest's
+// order: a receiver's whole local tensors are its receive buffers, written in place; logical
+// tensors that it holds as pieces land in a host mirror, and the changed lines are projected onto
+// the pieces after the step verified. Before each step the pieces are compared with the mirror, and
+// what differs (the user wrote into a piece) is copied into the mirror, so that the broadcast's own
+// base verification refuses the step (kVersionMismatch, nothing written) and the next step brings a
+// full snapshot, which the projection writes back: the pieces behave as the mirror's memory does.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/protocol.h"
+#include "collectives/state.h"
+#include "core/big_alloc.h"
+#include "model/manifest.h"
+
+namespace sparrow::model {
+
+class Model {
+ public:
+  // Checks this rank's tensors (nothing travels until the first step). `e` must outlive the model.
+  static Result<std::unique_ptr<Model>> create(coll::Engine& e, std::vector<LocalTensor> tensors, int root);
+
+  Status step();    // one version: pushed by the root, received and projected by the others
+  Status stage();   // receivers: receive in the background, keep reading the current version
+  Status commit();  // receivers: switch to the staged version (the root: nothing to do)
+  // The version this rank holds (the root: the last one it sent); the same on every rank that holds
+  // it; 0 before the first step.
+  uint64_t version() const { return version_; }
+  // The content digest (format/digest.h, tensor 0) of logical tensor `name` as this rank holds it:
+  // equal on ranks that hold the same bits.
+  Result<uint64_t> digest(const std::string& name) const;
+  // Bytes written into local pieces by the last step's projection.
+  uint64_t projected_bytes() const { return projected_; }
+  const Manifest& manifest() const { return manifest_; }
+  // Drops the collectives' state of this model's buffers (a staged step pending: nothing to drop).
+  void forget();
+
+ private:
+  Model(coll::Engine& e, std::vector<LocalTensor> t, int root) : e_(e), locals_(std::move(t)), root_(root) {}
+  bool is_root() const { return e_.rank() == root_; }
+  Status agree();                        // the first step: manifest, plan, verdict
+  Status plan(const Manifest& m);        // a receiver's targets and mirrors
+  std::vector<coll::BufferArg> bufs() const;
+  const uint8_t* logical_bytes(size_t l) const;  // where this rank holds logical tensor l
+  void mirror_pieces();                  // local pieces -> mirror where they differ (before a step)
+  void project_pieces();                 // mirror -> local pieces where they differ (after one)
+  void read_version();
+
+  coll::Engine& e_;
+  std::vector<LocalTensor> locals_;
+  int root_;
+  bool agreed_ = false;
+  Manifest manifest_;
+  std::vector<Target> targets_;  // receivers, per logical tensor
+  std::vector<std::vector<std::vector<Run>>> runs_;  // per logical tensor, per piece
+  std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> mirrors_;  // per logical tensor (empty: whole)
+  uint64_t version_ = 0, projected_ = 0;
+};
+
+}  // namespace sparrow::model

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+// sparrowModel*: ranks as threads over real sockets, through the C API.
+#include "model/model.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/comm_harness.h"
+#include "harness/util.h"
+#include "sparrow/sparrow.h"
+
+namespace sparrow::test {
+namespace {
+
+using Bf16 = std::vector<uint16_t>;
+
+// One local tensor of a test rank, with the storage its sparrowTensor_t points into.
+struct Held {
+  std::string name;
+  std::vector<size_t> shape;
+  Bf16 data;
+  std::vector<std::string> logical;  // names the pieces point to
+  std::vector<sparrowPiece_t> pieces;
+  Held(std::string n, std::vector<size_t> s, uint16_t fill = 0) : name(std::move(n)), shape(std::move(s)) {
+    size_t numel = 1;
+    for (size_t d : shape) numel *= d;
+    data.assign(numel, fill);
+  }
+  Held& piece(const std::string& l, int dim, size_t start, size_t stop, size_t offset) {
+    logical.push_back(l);
+    pieces.push_back({nullptr, dim, start, stop, offset});
+    return *this;
+  }
+};
+
+sparrowResult_t make_model(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, int root) {
+  std::vector<sparrowTensor_t> ts;
+  for (auto& h : held) {
+    for (size_t i = 0; i < h.pieces.size(); ++i) h.pieces[i].logical = h.logical[i].c_str();
+    ts.push_back({h.name.c_str(), h.data.data(), sparrowBfloat16, int(h.shape.size()), h.shape.data(),
+                  h.pieces.empty() ? nullptr : h.pieces.data(), int(h.pieces.size())});
+  }
+  return sparrowModelCreate(m, c, ts.data(), int(ts.size()), root);
+}
+
+// The trainer's logical model: q [8,4], k [4,4], v [4,4] (GQA: 2 kv heads of 2 rows, 4 q heads),
+// o [4,8], emb [10,4] (vocabulary 10, padded to 12 on receivers).
+std::vector<Held> trainer(uint64_t seed) {
+  std::vector<Held> t = {Held("q", {8, 4}), Held("k", {4, 4}), Held("v", {4, 4}), Held("o", {4, 8}),
+                         Held("emb", {10, 4})};
+  for (auto& h : t)
+    for (auto& x : h.data) x = uint16_t(rng_next(seed));
+  return t;
+}
+
+void mutate(std::vector<Held>& t, uint64_t seed) {
+  for (auto& h : t)
+    for (auto& x : h.data)
+      if (rng_next(seed) % 4 == 0) x = uint16_t(rng_next(seed));
+}
+
+const Held& find(const std::vector<Held>& t, const std::string& name) {
+  for (auto& h : t)
+    if (h.name == name) return h;
+  ADD_FAILURE() << "no " << name;
+  return t[0];
+}
+
+// A TP rank (tp of 2) of an engine: fused qkv (its 2 q heads, its kv head), o row-parallel (its 2
+// columns... of 8: 4), emb vocab-parallel padded to 12 rows (6 per rank; rank 1's last 2 are padding).
+std::vector<Held> tp_worker(int tp) {
+  std::vector<Held> w = {Held("qkv_proj", {8, 4}, 0xdead), Held("o_proj", {4, 4}, 0xdead),
+                         Held("embed", {6, 4}, 0xdead)};
+  w[0].piece("q", 0, size_t(4 * tp), size_t(4 * tp + 4), 0)
+      .piece("k", 0, size_t(2 * tp), size_t(2 * tp + 2), 4)
+      .piece("v", 0, size_t(2 * tp), size_t(2 * tp + 2), 6);
+  w[1].piece("o", 1, size_t(4 * tp), size_t(4 * tp + 4), 0);
+  w[2].piece("emb", 0, size_t(6 * tp), size_t(tp == 0 ? 6 : 10), 0);
+  return w;
+}
+
+// The reference projection, element by element (independent of the library's runs).
+void expect_projection(const std::vector<Held>& root, const std::vector<Held>& w, int tp, const std::string& when) {
+  const Bf16 &q = find(root, "q").data, &k = find(root, "k").data, &v = find(root, "v").data;
+  const Bf16 &o = find(root, "o").data, &emb = find(root, "emb").data;
+  for (size_t r = 0; r < 8; ++r)
+    for (size_t c = 0; c < 4; ++c) {
+      uint16_t want = r < 4 ? q[(4 * tp + r) * 4 + c] : r < 6 ? k[(2 * tp + r - 4) * 4 + c] : v[(2 * tp + r - 6) * 4 + c];
+      ASSERT_EQ(w[0].data[r * 4 + c], want) << when << ": qkv_proj[" << r << "," << c << "] on tp " << tp;
+    }
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 4; ++c)
+      ASSERT_EQ(w[1].data[r * 4 + c], o[r * 8 + 4 * tp + c]) << when << ": o_proj[" << r << "," << c << "]";
+  for (size_t r = 0; r < 6; ++r)
+    for (size_t c = 0; c < 4; ++c) {
+      const size_t g = 6 * tp + r;
+      ASSERT_EQ(w[2].data[r * 4 + c], g < 10 ? emb[g * 4 + c] : 0xdead) << when << ": embed[" << r << "] (padding)";
+    }
+}
+
+unsigned long long version_of(sparrowModel_t m) {
+  unsigned long long v = ~0ull;
+  EXPECT_EQ(sparrowModelGetVersion(m, &v), sparrowSuccess);
+  return v;
+}
+
+TEST(ModelSync, ReorderedNamesGetTheirOwnTensorsAndEveryRankSeesOneVersion) {
+  Comms comms(3);
+  std::vector<std::vector<Held>> held(3);
+  held[0] = trainer(1);
+  // Rank 1 lists k, v, q (the same tensors in another order); rank 2 holds v, q only (k lands nowhere).
+  held[1] = {Held("k", {4, 4}), Held("v", {4, 4}), Held("emb", {10, 4}), Held("o", {4, 8}), Held("q", {8, 4})};
+  held[2] = {Held("v", {4, 4}), Held("q", {8, 4})};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess);
+  for (int step = 1; step <= 3; ++step) {
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[r]); });
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[r]);
+    for (int r = 1; r < 3; ++r)
+      for (auto& h : held[r]) ASSERT_EQ(h.data, find(held[0], h.name).data) << h.name << " on rank " << r;
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[r]), unsigned(step));
+    unsigned long long d0 = 0, d1 = 0;
+    ASSERT_EQ(sparrowModelGetDigest(m[0], "q", &d0), sparrowSuccess);
+    ASSERT_EQ(sparrowModelGetDigest(m[2], "q", &d1), sparrowSuccess);
+    EXPECT_EQ(d0, d1);
+    mutate(held[0], uint64_t(step));
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, FusedTensorParallelReceiversGetTheProjectionBitExactAndNothingElse) {
+  Comms comms(3);
+  std::vector<std::vector<Held>> held = {trainer(7), tp_worker(0), tp_worker(1)};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess);
+  for (int step = 1; step <= 4; ++step) {
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[r]); });
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[r]);
+    for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[1 + tp], tp, "step " + std::to_string(step));
+    // Digests of the logical tensors agree across layouts.
+    for (const char* name : {"q", "k", "v", "o", "emb"}) {
+      unsigned long long d[3];
+      for (int r = 0; r < 3; ++r) ASSERT_EQ(sparrowModelGetDigest(m[r], name, &d[r]), sparrowSuccess);
+      EXPECT_EQ(d[0], d[1]) << name;
+      EXPECT_EQ(d[0], d[2]) << name;
+    }
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[r]), unsigned(step));
+    mutate(held[0], 100 + uint64_t(step));
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, AReceiverWhosePieceWasWrittenIsRefusedThenRepaired) {
+  Comms comms(3);
+  std::vector<std::vector<Held>> held = {trainer(3), tp_worker(0), tp_worker(1)};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess);
+  auto step = [&] { return comms.run([&](int r) { return sparrowModelSync(m[r]); }); };
+  ASSERT_EQ(step(), std::vector<sparrowResult_t>(3, sparrowSuccess));
+  mutate(held[0], 11);
+  held[2][1].data[5] ^= 1;  // the user wrote into tp 1's o_proj
+  const auto before = held[2];
+  auto rc = step();
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  EXPECT_EQ(rc[1], sparrowSuccess);
+  EXPECT_EQ(rc[2], sparrowVersionMismatch) << sparrowGetLastError(comms.c[2]);
+  for (size_t i = 0; i < held[2].size(); ++i) EXPECT_EQ(held[2][i].data, before[i].data) << "nothing written";
+  expect_projection(held[0], held[1], 0, "beside the refused rank");
+  EXPECT_EQ(version_of(m[2]), 1u);
+  EXPECT_EQ(version_of(m[1]), 2u);
+  mutate(held[0], 12);
+  ASSERT_EQ(step(), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[2]);
+  for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[1 + tp], tp, "after the repair");
+  EXPECT_EQ(version_of(m[2]), 3u);
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, StagedStepLeavesPiecesReadableUntilTheCommit) {
+  Comms comms(3);
+  std::vector<std::vector<Held>> held = {trainer(5), tp_worker(0), tp_worker(1)};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess);
+  ASSERT_EQ(comms.run([&](int r) { return sparrowModelSync(m[r]); }), std::vector<sparrowResult_t>(3, sparrowSuccess));
+  mutate(held[0], 21);
+  const auto old = held[1];
+  auto rc = comms.run([&](int r) {
+    sparrowResult_t s = sparrowModelStage(m[r]);
+    if (s != sparrowSuccess || r == 0) return s;
+    int ready = 0;
+    for (int i = 0; i < 10000 && !ready; ++i) {
+      sparrowStageQuery(comms.c[r], &ready);
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r == 1)
+      for (size_t i = 0; i < old.size(); ++i)
+        if (held[1][i].data != old[i].data) return sparrowInternalError;  // written before the commit
+    return sparrowModelCommit(m[r]);
+  });
+  ASSERT_EQ(rc, std::vector<sparrowResult_t>(3, sparrowSuccess));
+  for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[1 + tp], tp, "after the commit");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[r]), 2u);
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// Each receiver layout that does not fit the root's model fails every rank with InvalidUsage naming
+// the tensor, within seconds; a model that fits works on the same communicator afterwards.
+TEST(ModelSync, ALayoutThatDoesNotFitFailsEveryRankNamingTheTensor) {
+  Comms comms(3);
+  struct Case {
+    const char* what;
+    std::function<std::vector<Held>()> worker;
+    const char* names;
+  };
+  std::vector<Case> cases = {
+      {"unknown name", [] { return std::vector<Held>{Held("qq", {8, 4})}; }, "'qq'"},
+      {"transposed shape", [] { return std::vector<Held>{Held("o", {8, 4})}; }, "'o' [8, 4]"},
+      {"range past the end", [] {
+         auto w = tp_worker(1);
+         w[2].pieces[0].stop = 12;  // the padding is not part of emb
+         return w;
+       }, "past the end of the root's shape [10, 4]"},
+      {"other dims differ", [] {
+         std::vector<Held> w = {Held("o_rows", {2, 4})};
+         w[0].piece("o", 0, 0, 2, 0);  // rows of o [4, 8] into 4 columns
+         return w;
+       }, "'o_rows'"},
+  };
+  std::vector<Held> root = trainer(9);
+  for (auto& c : cases) {
+    std::vector<std::vector<Held>> held = {root, tp_worker(0), c.worker()};
+    std::vector<sparrowModel_t> m(3);
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess) << c.what;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[r]); });
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(took, 10.0) << c.what;
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(rc[r], sparrowInvalidUsage) << c.what << " on rank " << r;
+      EXPECT_NE(std::string(sparrowGetLastError(comms.c[r])).find(c.names), std::string::npos)
+          << c.what << " on rank " << r << ": " << sparrowGetLastError(comms.c[r]);
+    }
+    for (int r = 1; r < 3; ++r)
+      for (auto& h : held[r])
+        for (auto x : h.data) ASSERT_TRUE(x == 0 || x == 0xdead) << c.what << ": nothing written";
+    for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+  }
+  std::vector<std::vector<Held>> held = {root, tp_worker(0), tp_worker(1)};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess);
+  ASSERT_EQ(comms.run([&](int r) { return sparrowModelSync(m[r]); }), std::vector<sparrowResult_t>(3, sparrowSuccess));
+  for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[1 + tp], tp, "after the failed models");
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, BadArgumentsAndDeadHandlesAreRefused) {
+  Comms comms(1);
+  sparrowModel_t m = nullptr;
+  std::vector<Held> bad = {Held("a", {2})};
+  bad[0].piece("x", 0, 0, 2, 0);
+  EXPECT_EQ(make_model(&m, comms.c[0], bad, 0), sparrowInvalidArgument);  // pieces on the root
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("whole logical tensors"), std::string::npos);
+  std::vector<Held> ok = {Held("a", {2})};
+  EXPECT_EQ(make_model(&m, comms.c[0], ok, 1), sparrowInvalidArgument);  // root out of range
+  sparrowTensor_t nul{nullptr, nullptr, sparrowBfloat16, 0, nullptr, nullptr, 0};
+  EXPECT_EQ(sparrowModelCreate(&m, comms.c[0], &nul, 1, 0), sparrowInvalidArgument);
+  ASSERT_EQ(make_model(&m, comms.c[0], ok, 0), sparrowSuccess);
+  unsigned long long d = 0;
+  EXPECT_EQ(sparrowModelGetDigest(m, "a", &d), sparrowInvalidUsage);  // no step yet
+  EXPECT_EQ(sparrowModelSync(m), sparrowSuccess);
+  EXPECT_EQ(sparrowModelGetDigest(m, "b", &d), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowModelDestroy(m), sparrowSuccess);
+  EXPECT_EQ(sparrowModelSync(m), sparrowInvalidUsage);
+  EXPECT_EQ(sparrowModelDestroy(m), sparrowInvalidUsage);
+}
+
+}  // namespace
+}  // namespace sparrow::test
