@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from . import _sparrow
 
 __all__ = [
-    "get_unique_id", "version", "setting", "Communicator", "WeightSync", "Error", "UnhandledCudaError", "SystemError",
+    "get_unique_id", "version", "setting", "Communicator", "WeightSync", "Piece", "Error", "UnhandledCudaError", "SystemError",
     "InternalError", "InvalidArgument", "InvalidUsage", "RemoteError", "InProgress", "Timeout", "PeerLost",
     "VersionMismatch", "CorruptData", "AuthError", "UNIQUE_ID_BYTES", "DTYPES",
 ]
@@ -613,44 +613,103 @@ class Communicator:
 
 # ---- a model's tensors as one versioned step -------------------------------------------------------
 
-class WeightSync:
-    """A model's tensors, synchronised as one versioned step per call to step().
+class Piece:
+    """Part of a local tensor that holds a range of a logical (trainer) tensor:
+    local[..., offset : offset + (stop - start), ...] along `dim` holds logical[..., start:stop, ...];
+    every other dimension is the same in both."""
 
-    On the root (trainer) the tensors are sent; on every other rank (rollout workers) they are
-    received in place. Every rank must pass the same tensors in the same order, with the same
-    shapes and dtypes (typically `model.named_parameters()` of the same architecture, in bf16).
+    __slots__ = ("logical", "dim", "start", "stop", "offset")
+
+    def __init__(self, logical: str, dim: int, start: int, stop: int, offset: int = 0):
+        if not isinstance(logical, str) or not logical:
+            raise InvalidArgument(f"Piece: logical must be a non-empty name, got {logical!r}", 4)
+        for what, v in (("dim", dim), ("start", start), ("stop", stop), ("offset", offset)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InvalidArgument(f"Piece({logical!r}): {what} must be a non-negative int, got {v!r}", 4)
+        if stop <= start:
+            raise InvalidArgument(f"Piece({logical!r}): stop ({stop}) must be greater than start ({start})", 4)
+        self.logical, self.dim, self.start, self.stop, self.offset = logical, dim, start, stop, offset
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Piece) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, k) for k in self.__slots__))
+
+    def __repr__(self) -> str:
+        return f"Piece({self.logical!r}, dim={self.dim}, start={self.start}, stop={self.stop}, offset={self.offset})"
+
+
+def _shape(t: Any) -> List[int]:
+    return [int(d) for d in t.shape]
+
+
+class WeightSync:
+    """A model's tensors, synchronised as one versioned step per call to step() (sparrowModel*).
+
+    The root (trainer) holds the logical model: its named tensors, whole. Every other rank (rollout
+    workers) receives in place into its own tensors, matched by name (order-free): a tensor whose
+    name is not in `layout` is the whole logical tensor of that name (same shape and dtype); a tensor
+    in `layout` holds the listed pieces of logical tensors (fused and/or tensor-parallel; elements
+    no piece covers, e.g. vocabulary padding, are never written). The first step agrees on the model:
+    a tensor or piece that does not fit the root's raises InvalidUsage on every rank, naming it.
+    `sources`: the ranks holding the trainer's weights; one source, the root, is supported.
     """
 
-    def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0):
+    def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,
+                 layout: Optional[Dict[str, List[Piece]]] = None, sources: Optional[List[int]] = None):
         self.comm = comm
         self.root = root
+        if sources is not None and list(sources) != [root]:
+            raise InvalidArgument(f"WeightSync: sources={list(sources)!r}: this version sends from one source, the "
+                                  f"root (sources=[{root}] or None); sharded sources are not supported yet", 4)
+        layout = dict(layout or {})
         self.names: List[str] = []
         self.tensors: List[Any] = []
+        descs = []
         for i, item in enumerate(named_tensors):
             name, t = item if isinstance(item, tuple) else (f"tensor{i}", item)
             data = getattr(t, "data", t)  # torch.nn.Parameter -> its tensor (same memory)
-            _Buffer(data, writable=comm.rank != root, what=f"WeightSync: {name}")  # validate now
+            buf = _Buffer(data, writable=comm.rank != root, what=f"WeightSync: {name}")
+            if name in layout and not layout[name]:
+                layout.pop(name)  # covered by no piece on this rank (all padding): receives nothing
+                continue
+            pieces = layout.pop(name, [])
+            for p in pieces:
+                if not isinstance(p, Piece):
+                    raise InvalidArgument(f"WeightSync: layout[{name!r}] must list sparrow.Piece values, got {p!r}", 4)
+            descs.append((name, buf.ptr, buf.dtype, _shape(data),
+                          [(p.logical, p.dim, p.start, p.stop, p.offset) for p in pieces]))
             self.names.append(name)
             self.tensors.append(data)
         if not self.tensors:
             raise InvalidArgument("WeightSync: no tensors", 4)
+        if layout:
+            raise InvalidArgument(f"WeightSync: layout names {sorted(layout)!r}, which are not among the tensors", 4)
+        self._model = _sparrow.Model(comm._alive(), descs, root)
+        if self._model.init_result != 0:
+            _raise(self._model.init_result, self._model.init_error)
         self.steps = 0
+
+    def _check(self, code: int) -> None:
+        self.comm._check(code)
+
+    def _info(self) -> Dict[str, Any]:
+        info = self.comm.stats()
+        info["version"] = self.version
+        return info
 
     def step(self) -> Dict[str, Any]:
         """Push (root) or receive (others) the current version of every tensor as one step; returns
-        this rank's stats for it."""
-        with self.comm.group():
-            for t in self.tensors:
-                self.comm.sparse_broadcast(t, root=self.root)
+        this rank's stats for it, with "version": the version now held."""
+        self._check(self._model.step())
         self.steps += 1
-        return self.comm.stats()
+        return self._info()
 
     def stage(self) -> None:
         """The trainer pushes as in step(); a worker starts receiving the next version in the
         background and keeps generating with the current one until commit()."""
-        with self.comm.group():
-            for t in self.tensors:
-                self.comm.stage(t, root=self.root)
+        self._check(self._model.stage())
 
     def ready(self) -> bool:
         """True once the staged version has been received and verified (does not block)."""
@@ -658,11 +717,33 @@ class WeightSync:
 
     def commit(self) -> Dict[str, Any]:
         """Switch to the staged version (at a safe point, e.g. between generation batches); returns
-        this rank's stats for the step."""
-        self.comm.commit()
+        this rank's stats for the step, with "version"."""
+        self._check(self._model.commit())
         self.steps += 1
-        return self.comm.stats()
+        return self._info()
+
+    @property
+    def version(self) -> int:
+        """The version this rank holds (the root: the last one sent); the same on every rank that
+        holds it; 0 before the first step."""
+        rc, v = self._model.version()
+        self._check(rc)
+        return v
+
+    def digest(self, name: str) -> int:
+        """Content digest of logical tensor `name` as this rank holds it: equal on two ranks exactly
+        when they hold the same bits, whatever their layouts (host tensors only)."""
+        rc, d = self._model.digest(name)
+        self._check(rc)
+        return d
+
+    def close(self) -> None:
+        """Frees the model's state (also when the object is collected)."""
+        self._model.destroy()
 
     @property
     def numel(self) -> int:
         return sum(int(t.numel()) if hasattr(t, "numel") and callable(t.numel) else int(t.size) for t in self.tensors)
+
+
+from . import layouts  # noqa: E402  (sparrow.layouts: engines' tensor layouts as pieces)

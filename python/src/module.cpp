@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -137,6 +138,12 @@ class Comm {
     return py::make_tuple(rc, ready != 0);
   }
   int reset(uintptr_t buff) { return sparrowSparseBcastReset(c_, ptr(buff)); }
+  sparrowComm_t handle() const { return c_; }
+  // A call that may block (a model's step), interruptible by Ctrl-C as run() is.
+  template <class F>
+  int call(F f) {
+    return interruptible(std::move(f));
+  }
   int async_error() const {
     sparrowResult_t e = sparrowSuccess;
     if (c_) sparrowCommGetAsyncError(c_, &e);
@@ -273,6 +280,71 @@ class Comm {
   std::string init_error_;
 };
 
+
+// A model over a communicator (sparrowModel*): tensors as (name, address, dtype, shape, pieces),
+// pieces as (logical, dim, start, stop, offset). The Comm must outlive it (the Python layer keeps it).
+class Model {
+ public:
+  using PieceDesc = std::tuple<std::string, int, size_t, size_t, size_t>;
+  using TensorDesc = std::tuple<std::string, uintptr_t, int, std::vector<size_t>, std::vector<PieceDesc>>;
+  Model(Comm& comm, const std::vector<TensorDesc>& tensors, int root) : comm_(comm) {
+    std::vector<std::vector<sparrowPiece_t>> pieces(tensors.size());
+    std::vector<sparrowTensor_t> ts;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& [name, addr, dtype, shape, ps] = tensors[i];
+      for (const auto& [logical, dim, start, stop, offset] : ps)
+        pieces[i].push_back({logical.c_str(), dim, start, stop, offset});
+      ts.push_back({name.c_str(), ptr(addr), sparrowDataType_t(dtype), int(shape.size()), shape.data(),
+                    pieces[i].empty() ? nullptr : pieces[i].data(), int(pieces[i].size())});
+    }
+    init_rc_ = sparrowModelCreate(&m_, comm.handle(), ts.data(), int(ts.size()), root);
+    if (init_rc_ != sparrowSuccess) {
+      init_error_ = comm.handle() ? sparrowGetLastError(comm.handle()) : sparrowGetLastError(nullptr);
+      m_ = nullptr;
+    }
+  }
+  ~Model() { destroy(); }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  int init_result() const { return int(init_rc_); }
+  const std::string& init_error() const { return init_error_; }
+  int step() {
+    sparrowModel_t m = m_;
+    return comm_.call([m] { return int(sparrowModelSync(m)); });
+  }
+  int stage() {
+    sparrowModel_t m = m_;
+    return comm_.call([m] { return int(sparrowModelStage(m)); });
+  }
+  int commit() {
+    sparrowModel_t m = m_;
+    return comm_.call([m] { return int(sparrowModelCommit(m)); });
+  }
+  py::tuple version() const {
+    unsigned long long v = 0;
+    int rc = sparrowModelGetVersion(m_, &v);
+    return py::make_tuple(rc, v);
+  }
+  py::tuple digest(const std::string& name) const {
+    unsigned long long d = 0;
+    int rc;
+    {
+      Gil g;
+      rc = sparrowModelGetDigest(m_, name.c_str(), &d);
+    }
+    return py::make_tuple(rc, d);
+  }
+  void destroy() {
+    if (m_) (void)sparrowModelDestroy(std::exchange(m_, nullptr));
+  }
+
+ private:
+  Comm& comm_;
+  sparrowModel_t m_ = nullptr;
+  sparrowResult_t init_rc_ = sparrowSuccess;
+  std::string init_error_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_sparrow, m) {
@@ -334,4 +406,14 @@ PYBIND11_MODULE(_sparrow, m) {
       .def("stats_json", &Comm::stats_json)
       .def("destroy", &Comm::destroy)
       .def("abort", &Comm::abort);
+  py::class_<Model>(m, "Model")
+      .def(py::init<Comm&, const std::vector<Model::TensorDesc>&, int>(), py::keep_alive<1, 2>())
+      .def_property_readonly("init_result", &Model::init_result)
+      .def_property_readonly("init_error", &Model::init_error)
+      .def("step", &Model::step)
+      .def("stage", &Model::stage)
+      .def("commit", &Model::commit)
+      .def("version", &Model::version)
+      .def("digest", &Model::digest)
+      .def("destroy", &Model::destroy);
 }

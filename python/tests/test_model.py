@@ -1,0 +1,325 @@
+# SPDX-License-Identifier: Apache-2.0
+"""WeightSync with names and layouts: a Qwen-like trainer (AdamW, fp32 master, bf16 pushed) and
+rollout workers holding vLLM-style fused, tensor-parallel layouts (TP 1, 2 and 4, GQA replication,
+vocabulary padding), ranks as threads over real sockets."""
+import threading
+import time
+
+import pytest
+
+from conftest import run_ranks
+
+import sparrow
+from sparrow import layouts
+
+torch = pytest.importorskip("torch")
+
+CFG = dict(hidden_size=64, num_heads=8, num_kv_heads=2, intermediate_size=96, vocab_size=100, num_layers=2,
+           qkv_bias=True)
+SENTINEL = -12345  # int16 bits of never-written padding
+
+
+class Decoder(torch.nn.Module):
+    """A Qwen-style decoder with Hugging Face parameter names (GQA attention with qkv bias, SwiGLU
+    MLP, RMSNorm), small enough to train in a test."""
+
+    def __init__(self, hidden_size, num_heads, num_kv_heads, intermediate_size, vocab_size, num_layers, qkv_bias):
+        super().__init__()
+        self.cfg = (hidden_size, num_heads, num_kv_heads)
+        hd = hidden_size // num_heads
+        lin = torch.nn.Linear
+        self.model = torch.nn.Module()
+        self.model.embed_tokens = torch.nn.Embedding(vocab_size, hidden_size)
+        self.model.layers = torch.nn.ModuleList()
+        for _ in range(num_layers):
+            layer = torch.nn.Module()
+            layer.self_attn = torch.nn.Module()
+            layer.self_attn.q_proj = lin(hidden_size, num_heads * hd, bias=qkv_bias)
+            layer.self_attn.k_proj = lin(hidden_size, num_kv_heads * hd, bias=qkv_bias)
+            layer.self_attn.v_proj = lin(hidden_size, num_kv_heads * hd, bias=qkv_bias)
+            layer.self_attn.o_proj = lin(num_heads * hd, hidden_size, bias=False)
+            layer.mlp = torch.nn.Module()
+            layer.mlp.gate_proj = lin(hidden_size, intermediate_size, bias=False)
+            layer.mlp.up_proj = lin(hidden_size, intermediate_size, bias=False)
+            layer.mlp.down_proj = lin(intermediate_size, hidden_size, bias=False)
+            layer.input_layernorm = torch.nn.Parameter(torch.ones(hidden_size))
+            layer.post_attention_layernorm = torch.nn.Parameter(torch.ones(hidden_size))
+            self.model.layers.append(layer)
+        self.model.norm = torch.nn.Parameter(torch.ones(hidden_size))
+        self.lm_head = lin(hidden_size, vocab_size, bias=False)
+
+    def named_tensors(self):
+        """Hugging Face names: RMSNorm weights are `...layernorm.weight` / `model.norm.weight`."""
+        out = []
+        for n, p in self.named_parameters():
+            if n.endswith("layernorm") or n == "model.norm":
+                n += ".weight"
+            out.append((n, p))
+        return out
+
+    @staticmethod
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    def forward(self, tokens):
+        h_size, nh, nkv = self.cfg
+        hd = h_size // nh
+        x = self.model.embed_tokens(tokens)
+        b, t, _ = x.shape
+        mask = torch.full((t, t), float("-inf")).triu(1)
+        for layer in self.model.layers:
+            a = self.rms(x, layer.input_layernorm)
+            q = layer.self_attn.q_proj(a).view(b, t, nh, hd).transpose(1, 2)
+            k = layer.self_attn.k_proj(a).view(b, t, nkv, hd).transpose(1, 2).repeat_interleave(nh // nkv, 1)
+            v = layer.self_attn.v_proj(a).view(b, t, nkv, hd).transpose(1, 2).repeat_interleave(nh // nkv, 1)
+            att = (q @ k.transpose(-1, -2) / hd ** 0.5 + mask).softmax(-1) @ v
+            x = x + layer.self_attn.o_proj(att.transpose(1, 2).reshape(b, t, nh * hd))
+            m = self.rms(x, layer.post_attention_layernorm)
+            x = x + layer.mlp.down_proj(torch.nn.functional.silu(layer.mlp.gate_proj(m)) * layer.mlp.up_proj(m))
+        return self.lm_head(self.rms(x, self.model.norm))
+
+
+class Trainer:
+    """fp32 master weights trained with AdamW; what it pushes is their bf16 copy."""
+
+    def __init__(self, seed=0):
+        torch.manual_seed(seed)
+        self.net = Decoder(**CFG)
+        self.opt = torch.optim.AdamW(self.net.parameters(), lr=1e-3)
+        self.bf16 = [(n, p.detach().to(torch.bfloat16)) for n, p in self.net.named_tensors()]
+
+    def train_step(self):
+        tokens = torch.randint(0, CFG["vocab_size"], (4, 12))
+        loss = torch.nn.functional.cross_entropy(self.net(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        with torch.no_grad():
+            for (_, dst), (_, p) in zip(self.bf16, self.net.named_tensors()):
+                dst.copy_(p)
+
+    def tensor(self, name):
+        return dict(self.bf16)[name]
+
+
+def engine_tensors(tp_rank, tp_size):
+    shapes, layout = layouts.decoder(**CFG, tp_rank=tp_rank, tp_size=tp_size)
+    tensors = {n: torch.full(s, SENTINEL, dtype=torch.int16).view(torch.bfloat16) for n, s in shapes.items()}
+    return tensors, layout
+
+
+def reference(trainer, name, tp_rank, tp_size):
+    """What engine tensor `name` must hold: the projection written out by hand, with torch slicing
+    (padding rows as the sentinel)."""
+    hd = CFG["hidden_size"] // CFG["num_heads"]
+    q_rows = CFG["num_heads"] // tp_size * hd
+    kv = CFG["num_kv_heads"]
+    kv_first = (tp_rank * kv // tp_size if tp_size <= kv else tp_rank // (tp_size // kv)) * hd
+    kv_rows = max(kv // tp_size, 1) * hd
+    i_rows = CFG["intermediate_size"] // tp_size
+    t = trainer.tensor
+    rows = lambda x, a, n: x[a:a + n]  # noqa: E731
+    if ".qkv_proj." in name:
+        suffix = name.split(".")[-1]
+        base = name.replace("qkv_proj." + suffix, "")
+        return torch.cat([rows(t(base + "q_proj." + suffix), tp_rank * q_rows, q_rows),
+                          rows(t(base + "k_proj." + suffix), kv_first, kv_rows),
+                          rows(t(base + "v_proj." + suffix), kv_first, kv_rows)])
+    if name.endswith("o_proj.weight"):
+        return t(name)[:, tp_rank * q_rows:(tp_rank + 1) * q_rows]
+    if name.endswith("gate_up_proj.weight"):
+        base = name.replace("gate_up_proj.weight", "")
+        return torch.cat([rows(t(base + "gate_proj.weight"), tp_rank * i_rows, i_rows),
+                          rows(t(base + "up_proj.weight"), tp_rank * i_rows, i_rows)])
+    if name.endswith("down_proj.weight"):
+        return t(name)[:, tp_rank * i_rows:(tp_rank + 1) * i_rows]
+    if name.endswith("embed_tokens.weight") or name == "lm_head.weight":
+        padded = -(-CFG["vocab_size"] // 64) * 64
+        n = padded // tp_size
+        out = torch.full((n, CFG["hidden_size"]), SENTINEL, dtype=torch.int16).view(torch.bfloat16)
+        part = t(name)[tp_rank * n:(tp_rank + 1) * n]
+        out[:part.shape[0]] = part
+        return out
+    return t(name)
+
+
+def same_bits(a, b):
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+
+
+# Ranks: 0 trainer; 1 TP=1 (its tensors listed in reverse order); 2-3 TP=2; 4-7 TP=4.
+PLACES = {1: (0, 1), 2: (0, 2), 3: (1, 2), 4: (0, 4), 5: (1, 4), 6: (2, 4), 7: (3, 4)}
+
+
+def test_layouts_cover_the_logical_model():
+    """Across the ranks of one TP degree, the pieces cover every logical element (GQA kv heads as
+    often as they are replicated), and every piece fits its local tensor."""
+    logical = layouts.logical_shapes(**CFG)
+    for tp in (1, 2, 4):
+        covered = {n: 0 for n in logical}
+        for r in range(tp):
+            shapes, layout = layouts.decoder(**CFG, tp_rank=r, tp_size=tp)
+            for name, shape in shapes.items():
+                for p in layout.get(name, []):
+                    assert p.offset + p.stop - p.start <= shape[p.dim], (name, p)
+                    n = 1
+                    for d, s in enumerate(logical[p.logical]):
+                        n *= (p.stop - p.start) if d == p.dim else s
+                    covered[p.logical] += n
+                if name not in layout:
+                    assert logical[name] == shape
+                    covered[name] += 1
+        for n, s in logical.items():
+            numel = 1
+            for d in s:
+                numel *= d
+            if n.endswith(("layernorm.weight", "norm.weight")):
+                assert covered[n] == tp, n
+            elif ".k_proj." in n or ".v_proj." in n:
+                assert covered[n] == numel * max(1, tp // CFG["num_kv_heads"]), (n, tp)
+            else:
+                assert covered[n] == numel, (n, tp)
+    with pytest.raises(sparrow.InvalidArgument, match="not divisible"):
+        layouts.decoder(**dict(CFG, intermediate_size=97), tp_rank=0, tp_size=2)
+    with pytest.raises(sparrow.InvalidArgument, match="tp_rank"):
+        layouts.decoder(**CFG, tp_rank=2, tp_size=2)
+
+
+def test_trained_model_reaches_tp_1_2_4_workers_bit_exact_with_one_version():
+    trainer = Trainer()
+    engines = {r: engine_tensors(*PLACES[r]) for r in PLACES}
+    versions = []
+
+    def body(c, r):
+        if r == 0:
+            sync = sparrow.WeightSync(c, trainer.bf16, root=0)
+        else:
+            tensors, layout = engines[r]
+            items = list(tensors.items())
+            if r == 1:
+                items.reverse()  # order-free: matched by name
+            sync = sparrow.WeightSync(c, items, root=0, layout=layout)
+        for step in range(3):
+            barrier.wait()
+            if r == 0 and step:
+                trainer.train_step()
+            barrier.wait()
+            info = sync.step()
+            assert info["version"] == sync.version == step + 1
+            barrier.wait()
+            if r == 1:
+                check_all(step)
+        digests = {n: sync.digest(n) for n, _ in trainer.bf16}
+        sync.close()
+        return digests
+
+    def check_all(step):
+        for r, (tensors, _) in engines.items():
+            for name, t in tensors.items():
+                assert same_bits(t, reference(trainer, name, *PLACES[r])), f"step {step}: {name} on rank {r}"
+        versions.append(step + 1)
+
+    barrier = threading.Barrier(8, timeout=60)
+    digests = run_ranks(8, body)
+    assert versions == [1, 2, 3]
+    for r in range(1, 8):
+        assert digests[r] == digests[0], f"rank {r}'s logical tensors differ from the trainer's"
+
+
+@pytest.mark.parametrize("case", ["unknown name", "transposed", "wrong dtype", "range past the end"])
+def test_a_worker_that_does_not_fit_fails_every_rank_naming_the_tensor(case):
+    trainer = Trainer(1)
+    tensors, layout = engine_tensors(0, 2)
+    name = "model.layers.1.self_attn.o_proj.weight"
+    if case == "unknown name":
+        name = "model.norm.wieght"
+        tensors[name] = tensors.pop("model.norm.weight")
+    elif case == "transposed":
+        name = "model.norm.weight"
+        tensors[name] = torch.zeros(1, CFG["hidden_size"], dtype=torch.bfloat16)
+    elif case == "wrong dtype":
+        name = "model.layers.0.input_layernorm.weight"
+        tensors[name] = torch.zeros(CFG["hidden_size"], dtype=torch.float16)
+    else:
+        layout["lm_head.weight"] = [sparrow.Piece("lm_head.weight", 0, 40, 104)]  # fits locally, not the vocabulary
+        name = "lm_head.weight"
+
+    def body(c, r):
+        if r == 0:
+            sync = sparrow.WeightSync(c, trainer.bf16, root=0)
+        else:
+            sync = sparrow.WeightSync(c, list(tensors.items()) if r == 1 else list(engine_tensors(1, 2)[0].items()),
+                                      root=0, layout=layout if r == 1 else engine_tensors(1, 2)[1])
+        t0 = time.monotonic()
+        with pytest.raises(sparrow.InvalidUsage) as e:
+            sync.step()
+        assert time.monotonic() - t0 < 10
+        return str(e.value)
+
+    for r, msg in enumerate(run_ranks(3, body)):
+        assert name in msg, f"rank {r}: {msg}"
+    for t in tensors.values():
+        assert bool((t.view(torch.int16) == SENTINEL).all()) or not bool(t.any()), "nothing written"
+
+
+def test_a_worker_that_wrote_into_its_fused_tensor_is_refused_then_repaired_and_staging_works():
+    trainer = Trainer(2)
+    tensors, layout = engine_tensors(1, 2)
+    qkv = tensors["model.layers.0.self_attn.qkv_proj.weight"]
+    results = {}
+
+    def body(c, r):
+        sync = (sparrow.WeightSync(c, trainer.bf16, root=0) if r == 0
+                else sparrow.WeightSync(c, list(tensors.items()), root=0, layout=layout))
+        sync.step()
+        barrier.wait()
+        if r == 0:
+            trainer.train_step()
+        else:
+            qkv.view(torch.int16)[3, 5] += 1  # the engine wrote into its weights
+            results["before"] = {n: t.clone() for n, t in tensors.items()}
+        barrier.wait()
+        if r == 1:
+            with pytest.raises(sparrow.VersionMismatch):
+                sync.step()
+            results["after"] = {n: t.clone() for n, t in tensors.items()}
+            results["refused_version"] = sync.version
+        else:
+            sync.step()
+        barrier.wait()
+        if r == 0:
+            trainer.train_step()
+        barrier.wait()
+        sync.stage()  # the repair arrives staged: the worker keeps reading the old tensors
+        if r == 1:
+            while not sync.ready():
+                time.sleep(0.001)
+            results["staged"] = all(same_bits(t, results["after"][n]) for n, t in tensors.items())
+        sync.commit()
+        return sync.version
+
+    barrier = threading.Barrier(2, timeout=60)
+    versions = run_ranks(2, body)
+    assert all(same_bits(results["after"][n], results["before"][n]) for n in tensors), "nothing written when refused"
+    assert results["refused_version"] == 1
+    assert results["staged"], "a staged step wrote before its commit"
+    assert versions == [3, 3]
+    for name, t in tensors.items():
+        assert same_bits(t, reference(trainer, name, 1, 2)), f"{name} not repaired"
+
+
+def test_layout_and_sources_arguments_are_checked():
+    def body(c, r):
+        t = torch.zeros(4, dtype=torch.bfloat16)
+        with pytest.raises(sparrow.InvalidArgument, match="not among the tensors"):
+            sparrow.WeightSync(c, [("a", t)], layout={"b": [sparrow.Piece("a", 0, 0, 4)]})
+        with pytest.raises(sparrow.InvalidArgument, match="sharded sources"):
+            sparrow.WeightSync(c, [("a", t)], sources=[0, 1])
+        with pytest.raises(sparrow.InvalidArgument, match="stop"):
+            sparrow.Piece("a", 0, 4, 4)
+        with pytest.raises(sparrow.InvalidArgument, match="overlap"):
+            sparrow.WeightSync(c, [("a", t)], root=1 - r,
+                               layout={"a": [sparrow.Piece("x", 0, 0, 3), sparrow.Piece("y", 0, 0, 2, offset=2)]})
+        return True
+
+    assert run_ranks(2, body) == [True, True]
