@@ -52,3 +52,23 @@ def test_training_loop_under_mpirun():
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("bit-exact: yes") == 2 * 3, p.stdout
+
+
+TP_EXAMPLE = os.path.join(ROOT, "examples", "python", "tp_rollout.py")
+
+
+def test_tp_engine_generates_between_commits_with_bit_exact_shards():
+    env = dict(os.environ, PYTHONPATH=PKG, SPARROW_NO_BUILD_TREE="1")
+    p = subprocess.run([sys.executable, TP_EXAMPLE, "--tp", "2", "--steps", "2"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "every shard bit-exact at every version" in p.stdout, p.stdout
+    assert p.stdout.count("shard bit-exact: yes") == 2 * 3, p.stdout
+    for v in (1, 2, 3):
+        assert p.stdout.count(f"version {v} committed after") == 2, p.stdout
+
+
+def test_tp_example_refuses_a_degree_the_model_cannot_split():
+    env = dict(os.environ, PYTHONPATH=PKG, SPARROW_NO_BUILD_TREE="1")
+    p = subprocess.run([sys.executable, TP_EXAMPLE, "--tp", "3"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--tp 3 must divide" in p.stderr, p.stderr
