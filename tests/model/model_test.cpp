@@ -256,6 +256,52 @@ TEST(ModelSync, ALayoutThatDoesNotFitFailsEveryRankNamingTheTensor) {
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
+// On an elastic communicator a worker that dies between steps is dropped; the trainer and the TP
+// workers go on, bit-exact.
+TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
+  const int n = 4;
+  sparrowUniqueId id;
+  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
+  std::vector<sparrowComm_t> c(n, nullptr);
+  {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r)
+      ts.emplace_back([&, r] {
+        sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+        cfg.elastic = 1;
+        cfg.leaseMs = 2000;
+        EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
+      });
+    for (auto& t : ts) t.join();
+  }
+  std::vector<std::vector<Held>> held = {trainer(13), tp_worker(0), tp_worker(1), trainer(99)};
+  std::vector<sparrowModel_t> m(n);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(make_model(&m[size_t(r)], c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
+  auto step = [&](int ranks) {
+    std::vector<sparrowResult_t> rc(static_cast<size_t>(ranks));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < ranks; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
+    for (auto& t : ts) t.join();
+    return rc;
+  };
+  ASSERT_EQ(step(n), std::vector<sparrowResult_t>(n, sparrowSuccess));
+  EXPECT_EQ(sparrowModelDestroy(m[3]), sparrowSuccess);
+  EXPECT_EQ(sparrowCommAbort(c[3]), sparrowSuccess);  // the whole-tensor worker dies
+  for (int s = 0; s < 2; ++s) {
+    mutate(held[0], 40 + uint64_t(s));
+    ASSERT_EQ(step(3), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(c[0]);
+    for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[size_t(1 + tp)], tp, "after the drop");
+  }
+  int live[8], nlive = 0;
+  ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
+  EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1, 2}));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(version_of(m[size_t(r)]), 3u);
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+}
+
 TEST(ModelSync, BadArgumentsAndDeadHandlesAreRefused) {
   Comms comms(1);
   sparrowModel_t m = nullptr;
