@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 
 namespace sparrow::topology {
 

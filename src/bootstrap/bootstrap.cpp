@@ -12,7 +12,7 @@
 #include <pthread.h>
 
 #include "core/log.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "transport/auth.h"
 #include "transport/channel.h"
 #include "transport/tcp/socket.h"
@@ -34,10 +34,10 @@ constexpr size_t kMaxRegistration = 4096;
 constexpr uint32_t kMaxSlots = 1u << 20;
 
 void put_str(std::vector<uint8_t>& o, const std::string& s) {
-  format::put_u16(o, uint16_t(s.size()));
+  bits::put_u16(o, uint16_t(s.size()));
   o.insert(o.end(), s.begin(), s.end());
 }
-Status get_str(format::ByteReader& r, std::string* s) {
+Status get_str(bits::ByteReader& r, std::string* s) {
   uint16_t n;
   const uint8_t* p;
   SPARROW_RETURN_IF_ERROR(r.u16(&n));
@@ -47,14 +47,14 @@ Status get_str(format::ByteReader& r, std::string* s) {
 }
 // A rank's entry, as registered and in the table.
 void put_info(std::vector<uint8_t>& o, const RankInfo& ri) {
-  format::put_u32(o, uint32_t(ri.nstreams));
-  format::put_u32(o, uint32_t(ri.elastic));
-  format::put_u32(o, uint32_t(ri.lease_ms));
+  bits::put_u32(o, uint32_t(ri.nstreams));
+  bits::put_u32(o, uint32_t(ri.elastic));
+  bits::put_u32(o, uint32_t(ri.lease_ms));
   put_str(o, ri.address);
   put_str(o, ri.host);
   put_str(o, ri.region);
 }
-Status get_info(format::ByteReader& r, RankInfo* ri) {
+Status get_info(bits::ByteReader& r, RankInfo* ri) {
   uint32_t nstreams, elastic, lease;
   SPARROW_RETURN_IF_ERROR(r.u32(&nstreams));
   SPARROW_RETURN_IF_ERROR(r.u32(&elastic));
@@ -130,7 +130,7 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
     RankInfo info;
   };
   static Status parse_registration(const std::vector<uint8_t>& b, Registration* g) {
-    format::ByteReader r(b, "registration");
+    bits::ByteReader r(b, "registration");
     SPARROW_RETURN_IF_ERROR(r.u32(&g->rank));
     SPARROW_RETURN_IF_ERROR(r.u32(&g->nranks));
     SPARROW_RETURN_IF_ERROR(r.u32(&g->slots));
@@ -171,8 +171,8 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   // slot past the ranks that an elastic communicator may grow into.
   void publish_table_locked() {
     std::vector<uint8_t> t;
-    format::put_u32(t, 0);
-    format::put_u32(t, slots_);
+    bits::put_u32(t, 0);
+    bits::put_u32(t, slots_);
     const RankInfo& first = table_[first_rank_];
     for (uint32_t r = 0; r < slots_; ++r)
       put_info(t, r < nranks_ ? table_[r] : RankInfo{"", "", "", first.nstreams, first.elastic, first.lease_ms});
@@ -190,7 +190,7 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   // Rank 0's list of free slots (u32 count, then each): claims of slots no longer free end.
   std::shared_ptr<std::vector<uint8_t>> take_free_locked(transport::Conn* c, const std::vector<uint8_t>& b) {
     if (c->peer_rank() != 0 || !serves_lookups_) return error_table("only rank 0 of an elastic communicator lists free slots");
-    format::ByteReader r(b, "free slots");
+    bits::ByteReader r(b, "free slots");
     uint32_t n = 0;
     std::vector<int> free;
     Status s = r.u32(&n);
@@ -215,7 +215,7 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   // claimed within their own time, which is then the joiner's for its time.
   std::shared_ptr<std::vector<uint8_t>> claim_locked(const std::vector<uint8_t>& b) {
     if (!serves_lookups_) return error_table(no_lookups_locked());
-    format::ByteReader r(b, "slot claim");
+    bits::ByteReader r(b, "slot claim");
     uint32_t ttl_ms = 0;
     if (Status s = r.u32(&ttl_ms); !s.ok()) return error_table(s.message());
     const auto now = std::chrono::steady_clock::now();
@@ -229,13 +229,13 @@ class Store : public transport::FrameSink, public std::enable_shared_from_this<S
   }
   static std::shared_ptr<std::vector<uint8_t>> ok_table(uint32_t value) {
     std::vector<uint8_t> t;
-    format::put_u32(t, 0);
-    format::put_u32(t, value);
+    bits::put_u32(t, 0);
+    bits::put_u32(t, value);
     return std::make_shared<std::vector<uint8_t>>(std::move(t));
   }
   std::shared_ptr<std::vector<uint8_t>> error_table(const std::string& msg) {
     std::vector<uint8_t> t;
-    format::put_u32(t, 1);
+    bits::put_u32(t, 1);
     put_str(t, msg.substr(0, 60000));
     return std::make_shared<std::vector<uint8_t>>(std::move(t));
   }
@@ -314,22 +314,22 @@ void reap_locked() {
 void encode_id(const IdData& d, uint8_t out[kIdBytes]) {
   memset(out, 0, kIdBytes);
   std::vector<uint8_t> v;
-  format::put_u32(v, kIdMagic);
-  format::put_u16(v, 1);
-  format::put_u16(v, uint16_t(d.store_address.size()));
-  format::put_u64(v, d.comm_id);
+  bits::put_u32(v, kIdMagic);
+  bits::put_u16(v, 1);
+  bits::put_u16(v, uint16_t(d.store_address.size()));
+  bits::put_u64(v, d.comm_id);
   v.insert(v.end(), d.secret.begin(), d.secret.end());
   v.insert(v.end(), d.store_address.begin(), d.store_address.end());
   memcpy(out, v.data(), std::min(v.size(), kIdBytes));
 }
 
 Result<IdData> decode_id(const uint8_t in[kIdBytes]) {
-  if (format::load_u32(in) != kIdMagic) return InvalidArgument("not a sparrow unique id (was it made by sparrowGetUniqueId?)");
+  if (bits::load_u32(in) != kIdMagic) return InvalidArgument("not a sparrow unique id (was it made by sparrowGetUniqueId?)");
   uint16_t ver = uint16_t(in[4] | in[5] << 8), len = uint16_t(in[6] | in[7] << 8);
   if (ver != 1) return InvalidArgument("unique id version " + std::to_string(ver) + " is not supported");
   if (len == 0 || 32 + len > kIdBytes) return InvalidArgument("corrupt unique id");
   IdData d;
-  d.comm_id = format::load_u64(in + 8);
+  d.comm_id = bits::load_u64(in + 8);
   d.secret.assign(in + 16, in + 32);
   d.store_address.assign(reinterpret_cast<const char*>(in + 32), len);
   return d;
@@ -394,7 +394,7 @@ Result<std::vector<uint8_t>> ask_store(const IdData& id, int rank, uint32_t sub,
 }
 
 Result<std::vector<RankInfo>> parse_table(const std::vector<uint8_t>& bytes, int nranks) {
-  format::ByteReader r(bytes, "rendezvous table");
+  bits::ByteReader r(bytes, "rendezvous table");
   uint32_t status, n;
   SPARROW_RETURN_IF_ERROR(r.u32(&status));
   if (status != 0) {
@@ -416,9 +416,9 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
                                        transport::Deadline d, int slots) {
   if (slots == 0) slots = nranks;
   std::vector<uint8_t> reg;
-  format::put_u32(reg, uint32_t(rank));
-  format::put_u32(reg, uint32_t(nranks));
-  format::put_u32(reg, uint32_t(slots));
+  bits::put_u32(reg, uint32_t(rank));
+  bits::put_u32(reg, uint32_t(nranks));
+  bits::put_u32(reg, uint32_t(slots));
   put_info(reg, me);
   auto t = ask_store(id, rank, kSubRegister, reg, d);
   if (!t.ok()) return std::move(t).take_status().context("waiting for all " + std::to_string(nranks) + " ranks to join");
@@ -427,7 +427,7 @@ Result<std::vector<RankInfo>> exchange(const IdData& id, int rank, int nranks, c
 
 // A reply of ok_table or error_table: its value, or the store's message as kInvalidUsage.
 Result<uint32_t> parse_value(const std::vector<uint8_t>& bytes) {
-  format::ByteReader r(bytes, "rendezvous store's answer");
+  bits::ByteReader r(bytes, "rendezvous store's answer");
   uint32_t status, v;
   SPARROW_RETURN_IF_ERROR(r.u32(&status));
   if (status != 0) {
@@ -441,7 +441,7 @@ Result<uint32_t> parse_value(const std::vector<uint8_t>& bytes) {
 
 Result<int> claim_slot(const IdData& id, int ttl_ms, transport::Deadline d) {
   std::vector<uint8_t> req;
-  format::put_u32(req, uint32_t(std::max(ttl_ms, 0)));
+  bits::put_u32(req, uint32_t(std::max(ttl_ms, 0)));
   auto t = ask_store(id, -1, kSubClaim, req, d);
   if (!t.ok()) return std::move(t).take_status().context("asking the rendezvous store for a free slot");
   SPARROW_ASSIGN_OR_RETURN(uint32_t slot, parse_value(t.value()));
@@ -474,8 +474,8 @@ void SlotBoard::run() {
     cv_.wait(lk, [&] { return stop_ || has_pending_; });
     if (stop_) return;
     std::vector<uint8_t> msg;
-    format::put_u32(msg, uint32_t(last_.size()));
-    for (int s : last_) format::put_u32(msg, uint32_t(s));
+    bits::put_u32(msg, uint32_t(last_.size()));
+    for (int s : last_) bits::put_u32(msg, uint32_t(s));
     has_pending_ = false;
     lk.unlock();
     auto t = ask_store(id_, 0, kSubFree, msg, transport::deadline_in(5));

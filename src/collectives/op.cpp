@@ -2,12 +2,10 @@
 
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace sparrow::coll {
-namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
 
 const char* phase_name(Phase p) {
   switch (p) {

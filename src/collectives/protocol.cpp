@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <bit>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/checkpoint.h"
 
 namespace sparrow::coll {
@@ -19,11 +19,11 @@ constexpr uint32_t kHoldsMagic = 0x44485053;     // "SPHD"
 [[maybe_unused]] const bool kNamerInstalled = (transport::set_key_namer(name_key), true);
 
 void put_ranks(std::vector<uint8_t>& o, const std::vector<int32_t>& v) {
-  format::put_u32(o, uint32_t(v.size()));
-  for (int32_t r : v) format::put_u32(o, uint32_t(r));
+  bits::put_u32(o, uint32_t(v.size()));
+  for (int32_t r : v) bits::put_u32(o, uint32_t(r));
 }
 
-Status get_ranks(format::ByteReader& r, std::vector<int32_t>* v, const char* what) {
+Status get_ranks(bits::ByteReader& r, std::vector<int32_t>* v, const char* what) {
   uint32_t n;
   SPARROW_RETURN_IF_ERROR(r.u32(&n));
   if (n > kMaxListed) return CorruptData(std::string("operation header: too many ") + what);
@@ -36,11 +36,11 @@ Status get_ranks(format::ByteReader& r, std::vector<int32_t>* v, const char* wha
 }
 
 void put_str(std::vector<uint8_t>& o, const std::string& v) {
-  format::put_u16(o, uint16_t(std::min<size_t>(v.size(), 0xffff)));
+  bits::put_u16(o, uint16_t(std::min<size_t>(v.size(), 0xffff)));
   o.insert(o.end(), v.begin(), v.begin() + std::min<size_t>(v.size(), 0xffff));
 }
 
-Status get_str(format::ByteReader& r, std::string* v) {
+Status get_str(bits::ByteReader& r, std::string* v) {
   uint16_t n;
   const uint8_t* p;
   SPARROW_RETURN_IF_ERROR(r.u16(&n));
@@ -50,16 +50,16 @@ Status get_str(format::ByteReader& r, std::string* v) {
 }
 
 void put_places(std::vector<uint8_t>& o, const std::vector<Place>& v) {
-  format::put_u32(o, uint32_t(v.size()));
+  bits::put_u32(o, uint32_t(v.size()));
   for (auto& p : v) {
-    format::put_u32(o, uint32_t(p.rank));
+    bits::put_u32(o, uint32_t(p.rank));
     put_str(o, p.address);
     put_str(o, p.host);
     put_str(o, p.region);
   }
 }
 
-Status get_places(format::ByteReader& r, std::vector<Place>* v) {
+Status get_places(bits::ByteReader& r, std::vector<Place>* v) {
   uint32_t n;
   SPARROW_RETURN_IF_ERROR(r.u32(&n));
   if (n > kMaxListed) return CorruptData("too many places");
@@ -80,25 +80,25 @@ Status get_places(format::ByteReader& r, std::vector<Place>* v) {
 
 std::vector<uint8_t> OpHeader::encode() const {
   std::vector<uint8_t> o;
-  format::put_u32(o, kOpMagic);
-  format::put_u8(o, kind);
-  format::put_u8(o, flags);
-  format::put_u16(o, 0);
-  format::put_u32(o, uint32_t(root));
-  format::put_u32(o, uint32_t(bufs.size()));
+  bits::put_u32(o, kOpMagic);
+  bits::put_u8(o, kind);
+  bits::put_u8(o, flags);
+  bits::put_u16(o, 0);
+  bits::put_u32(o, uint32_t(root));
+  bits::put_u32(o, uint32_t(bufs.size()));
   for (auto& [n, d] : bufs) {
-    format::put_u64(o, n);
-    format::put_u8(o, d);
+    bits::put_u64(o, n);
+    bits::put_u8(o, d);
   }
   put_ranks(o, resync);
-  format::put_u64(o, segment);
+  bits::put_u64(o, segment);
   if (flags & kOpElastic) {
     put_ranks(o, members);
     put_places(o, moved);
-    format::put_u32(o, uint32_t(seeds.size()));
+    bits::put_u32(o, uint32_t(seeds.size()));
     for (auto [r, from] : seeds) {
-      format::put_u32(o, uint32_t(r));
-      format::put_u32(o, uint32_t(from));
+      bits::put_u32(o, uint32_t(r));
+      bits::put_u32(o, uint32_t(from));
     }
   }
   return o;
@@ -118,7 +118,7 @@ std::vector<int> OpHeader::seeded_by(int rank) const {
 }
 
 Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
-  format::ByteReader r(m, "operation header");
+  bits::ByteReader r(m, "operation header");
   OpHeader h;
   uint32_t magic, root, nb;
   uint16_t reserved;
@@ -159,17 +159,17 @@ Result<OpHeader> OpHeader::decode(const std::vector<uint8_t>& m) {
 
 std::vector<uint8_t> Ack::encode() const {
   std::vector<uint8_t> o;
-  format::put_u32(o, uint32_t(status.code()));
-  format::put_u8(o, resync ? 1 : 0);
+  bits::put_u32(o, uint32_t(status.code()));
+  bits::put_u8(o, resync ? 1 : 0);
   const std::string m = status.message().substr(0, 1000);
-  format::put_u16(o, uint16_t(m.size()));
+  bits::put_u16(o, uint16_t(m.size()));
   o.insert(o.end(), m.begin(), m.end());
-  format::put_u64(o, holds);
+  bits::put_u64(o, holds);
   return o;
 }
 
 Result<Ack> Ack::decode(const std::vector<uint8_t>& m, const std::string& from) {
-  format::ByteReader r(m, "acknowledgement");
+  bits::ByteReader r(m, "acknowledgement");
   uint32_t code;
   uint8_t resync;
   uint16_t n;
@@ -219,19 +219,19 @@ std::string name_key(const transport::MsgKey& k) {
 }
 
 bool is_footer(const std::vector<uint8_t>& frame) {
-  return frame.size() >= 4 && format::load_u32(frame.data()) == format::kFooterMagic;
+  return frame.size() >= 4 && bits::load_u32(frame.data()) == format::kFooterMagic;
 }
 
 std::vector<uint8_t> abort_frame(const Status& why) {
   std::vector<uint8_t> o;
-  format::put_u32(o, kAbortMagic);
+  bits::put_u32(o, kAbortMagic);
   auto a = Ack{why}.encode();
   o.insert(o.end(), a.begin(), a.end());
   return o;
 }
 
 bool is_abort(const std::vector<uint8_t>& frame) {
-  return frame.size() >= 4 && format::load_u32(frame.data()) == kAbortMagic;
+  return frame.size() >= 4 && bits::load_u32(frame.data()) == kAbortMagic;
 }
 
 Status abort_status(const std::vector<uint8_t>& frame) {
@@ -291,13 +291,13 @@ namespace sparrow::coll {
 
 std::vector<uint8_t> reattach_request(uint32_t from_sub) {
   std::vector<uint8_t> o;
-  format::put_u32(o, kReattachMagic);
-  format::put_u32(o, from_sub);
+  bits::put_u32(o, kReattachMagic);
+  bits::put_u32(o, from_sub);
   return o;
 }
 
 Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m) {
-  format::ByteReader r(m, "re-attach request");
+  bits::ByteReader r(m, "re-attach request");
   uint32_t magic, from;
   SPARROW_RETURN_IF_ERROR(r.u32(&magic));
   if (magic != kReattachMagic) return CorruptData("bad re-attach request");
@@ -308,14 +308,14 @@ Result<uint32_t> decode_reattach(const std::vector<uint8_t>& m) {
 
 std::vector<uint8_t> holds_message(const std::vector<uint64_t>& digests) {
   std::vector<uint8_t> o;
-  format::put_u32(o, kHoldsMagic);
-  format::put_u32(o, uint32_t(digests.size()));
-  for (uint64_t d : digests) format::put_u64(o, d);
+  bits::put_u32(o, kHoldsMagic);
+  bits::put_u32(o, uint32_t(digests.size()));
+  for (uint64_t d : digests) bits::put_u64(o, d);
   return o;
 }
 
 Result<std::vector<uint64_t>> decode_holds(const std::vector<uint8_t>& m) {
-  format::ByteReader r(m, "holds message");
+  bits::ByteReader r(m, "holds message");
   uint32_t magic, n;
   SPARROW_RETURN_IF_ERROR(r.u32(&magic));
   if (magic != kHoldsMagic) return CorruptData("bad holds message");
@@ -337,7 +337,7 @@ std::vector<uint8_t> encode_place(const Place& p) {
 }
 
 Result<Place> decode_place(const std::vector<uint8_t>& m) {
-  format::ByteReader r(m, "join request");
+  bits::ByteReader r(m, "join request");
   std::vector<Place> v;
   SPARROW_RETURN_IF_ERROR(get_places(r, &v));
   if (v.size() != 1) return CorruptData("join request without exactly one place");
@@ -347,20 +347,20 @@ Result<Place> decode_place(const std::vector<uint8_t>& m) {
 std::vector<uint8_t> Welcome::encode() const {
   const std::vector<uint8_t> ack = Ack{status}.encode();
   std::vector<uint8_t> o;
-  format::put_u32(o, uint32_t(ack.size()));
+  bits::put_u32(o, uint32_t(ack.size()));
   o.insert(o.end(), ack.begin(), ack.end());
-  format::put_u64(o, first_seq);
+  bits::put_u64(o, first_seq);
   put_places(o, places);
-  format::put_u32(o, uint32_t(rtt_s.size()));
+  bits::put_u32(o, uint32_t(rtt_s.size()));
   for (size_t i = 0; i < rtt_s.size(); ++i) {
-    format::put_u64(o, std::bit_cast<uint64_t>(rtt_s[i]));
-    format::put_u64(o, std::bit_cast<uint64_t>(i < bw_Bps.size() ? bw_Bps[i] : -1.0));
+    bits::put_u64(o, std::bit_cast<uint64_t>(rtt_s[i]));
+    bits::put_u64(o, std::bit_cast<uint64_t>(i < bw_Bps.size() ? bw_Bps[i] : -1.0));
   }
   return o;
 }
 
 Result<Welcome> Welcome::decode(const std::vector<uint8_t>& m) {
-  format::ByteReader r(m, "welcome");
+  bits::ByteReader r(m, "welcome");
   uint32_t ack_len, n;
   const uint8_t* ack;
   SPARROW_RETURN_IF_ERROR(r.u32(&ack_len));

@@ -6,7 +6,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/checkpoint.h"
 #include "format/container.h"
 
@@ -153,25 +153,25 @@ Bytes encode_chain_message(const std::vector<SharedBytes>& links) {
   size_t total = 8;
   for (auto& l : links) total += 8 + l->size();
   o.reserve(total);
-  format::put_u32(o, kChainMagic);
-  format::put_u32(o, uint32_t(links.size()));
+  bits::put_u32(o, kChainMagic);
+  bits::put_u32(o, uint32_t(links.size()));
   for (auto& l : links) {
-    format::put_u64(o, l->size());
+    bits::put_u64(o, l->size());
     o.insert(o.end(), l->begin(), l->end());
   }
   return o;
 }
 
-bool is_chain_message(std::span<const uint8_t> m) { return m.size() >= 8 && format::load_u32(m.data()) == kChainMagic; }
+bool is_chain_message(std::span<const uint8_t> m) { return m.size() >= 8 && bits::load_u32(m.data()) == kChainMagic; }
 
 Result<std::vector<std::span<const uint8_t>>> decode_chain_message(std::span<const uint8_t> m) {
   if (!is_chain_message(m)) return CorruptData("not a catch-up chain");
-  const uint32_t n = format::load_u32(m.data() + 4);
+  const uint32_t n = bits::load_u32(m.data() + 4);
   std::vector<std::span<const uint8_t>> out;
   size_t off = 8;
   for (uint32_t i = 0; i < n; ++i) {
     if (m.size() - off < 8) return CorruptData("catch-up chain truncated");
-    const uint64_t len = format::load_u64(m.data() + off);
+    const uint64_t len = bits::load_u64(m.data() + off);
     off += 8;
     if (len > m.size() - off) return CorruptData("catch-up chain truncated");
     out.push_back(m.subspan(off, size_t(len)));

@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "core/log.h"
-#include "format/bits.h"
+#include "core/bits.h"
 
 namespace sparrow::coll {
 namespace {
@@ -71,7 +71,7 @@ Status notice(const OpWire& w) {
 
 std::vector<uint8_t> claim_message(int root) {
   std::vector<uint8_t> o;
-  format::put_u32(o, uint32_t(root));
+  bits::put_u32(o, uint32_t(root));
   return o;
 }
 

@@ -9,8 +9,6 @@
 
 namespace sparrow::coll {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 bool same_layout(const std::vector<kernels::cpu::TensorSpec>& a, const std::vector<kernels::cpu::TensorSpec>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
     return x.count == y.count && x.dtype == y.dtype;

@@ -18,6 +18,7 @@
 #include "collectives/protocol.h"
 #include "collectives/retain.h"
 #include "comm/comm.h"
+#include "core/clock.h"
 #include "core/big_alloc.h"
 #include "kernels/cpu/delta.h"
 #include "topology/tree.h"
@@ -127,7 +128,6 @@ void record_traffic(Engine& e, int parent, const std::vector<int>& children);
 // SPARROW_DEBUG=INFO with SPARROW_DEBUG_SUBSYS=STEP: one line per step on every rank, with the bound
 // the start-up probe gives for it (wire bytes over the probed rate plus half the round trip).
 void log_step(Engine& e, const char* what);
-double now_s();
 // Every rank of the communicator but this one, increasing (who a root hears from or tells).
 std::vector<int> other_ranks(const Engine& e);
 // Same counts and dtypes, tensor by tensor (names aside): the state kept for a buffer set still fits.

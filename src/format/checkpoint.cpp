@@ -5,10 +5,11 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/digest.h"
 
 namespace sparrow::format {
+using namespace bits;  // the byte and bit primitives (core/bits.h)
 
 uint32_t dtype_size(uint8_t dtype) {
   static const uint32_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};

@@ -7,10 +7,11 @@
 #include <cerrno>
 #include <cstring>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/digest.h"
 
 namespace sparrow::format {
+using namespace bits;  // the byte and bit primitives (core/bits.h)
 
 std::vector<uint8_t> encode_step_file(std::span<const uint8_t> checkpoint, const std::string& metadata) {
   std::vector<uint8_t> o;

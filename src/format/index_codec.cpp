@@ -4,9 +4,10 @@
 #include <cstring>
 #include <string>
 
-#include "format/bits.h"
+#include "core/bits.h"
 
 namespace sparrow::format {
+using namespace bits;  // the byte and bit primitives (core/bits.h)
 
 const char* index_codec_name(IndexCodec c) {
   switch (c) {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <map>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/checkpoint.h"
 
 namespace sparrow::model {
@@ -117,21 +117,21 @@ uint64_t LogicalTensor::bytes() const { return numel() * format::dtype_size(dtyp
 
 std::vector<uint8_t> Manifest::encode() const {
   std::vector<uint8_t> o;
-  format::put_u32(o, kManifestMagic);
-  format::put_u32(o, uint32_t(root));
-  format::put_u32(o, uint32_t(tensors.size()));
+  bits::put_u32(o, kManifestMagic);
+  bits::put_u32(o, uint32_t(root));
+  bits::put_u32(o, uint32_t(tensors.size()));
   for (const auto& t : tensors) {
-    format::put_u32(o, uint32_t(t.name.size()));
+    bits::put_u32(o, uint32_t(t.name.size()));
     o.insert(o.end(), t.name.begin(), t.name.end());
-    format::put_u8(o, t.dtype);
-    format::put_u8(o, uint8_t(t.shape.size()));
-    for (uint64_t d : t.shape) format::put_u64(o, d);
+    bits::put_u8(o, t.dtype);
+    bits::put_u8(o, uint8_t(t.shape.size()));
+    for (uint64_t d : t.shape) bits::put_u64(o, d);
   }
   return o;
 }
 
 Result<Manifest> Manifest::decode(std::span<const uint8_t> m) {
-  format::ByteReader r(m, "model manifest");
+  bits::ByteReader r(m, "model manifest");
   uint32_t magic = 0, root = 0, n = 0;
   SPARROW_RETURN_IF_ERROR(r.u32(&magic));
   if (magic != kManifestMagic) return CorruptData("not a model manifest");

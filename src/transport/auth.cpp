@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "transport/sha256.h"
 
 namespace sparrow::transport::auth {
@@ -44,11 +44,11 @@ std::array<uint8_t, 32> hmac_sha256(std::span<const uint8_t> key, std::span<cons
 
 std::array<uint8_t, kHelloBytes> Hello::encode() const {
   std::vector<uint8_t> v;
-  format::put_u64(v, kHelloMagic);
-  format::put_u16(v, version);
-  format::put_u16(v, stream);
-  format::put_u32(v, rank);
-  format::put_u64(v, comm_id);
+  bits::put_u64(v, kHelloMagic);
+  bits::put_u16(v, version);
+  bits::put_u16(v, stream);
+  bits::put_u32(v, rank);
+  bits::put_u64(v, comm_id);
   v.insert(v.end(), nonce.begin(), nonce.end());
   std::array<uint8_t, kHelloBytes> a{};
   memcpy(a.data(), v.data(), kHelloBytes);
@@ -56,12 +56,12 @@ std::array<uint8_t, kHelloBytes> Hello::encode() const {
 }
 
 Result<Hello> Hello::decode(const uint8_t* p) {
-  if (format::load_u64(p) != kHelloMagic) return Error(Code::kAuthError, "not a sparrow hello");
+  if (bits::load_u64(p) != kHelloMagic) return Error(Code::kAuthError, "not a sparrow hello");
   Hello h;
   h.version = uint16_t(p[8] | p[9] << 8);
   h.stream = uint16_t(p[10] | p[11] << 8);
-  h.rank = format::load_u32(p + 12);
-  h.comm_id = format::load_u64(p + 16);
+  h.rank = bits::load_u32(p + 12);
+  h.comm_id = bits::load_u64(p + 16);
   memcpy(h.nonce.data(), p + 24, 16);
   if (h.version != kProtocolVersion)
     return Error(Code::kAuthError, "peer speaks protocol version " + std::to_string(h.version) + ", this build " +
@@ -92,9 +92,9 @@ std::array<uint8_t, 16> random_nonce() {
 std::array<uint8_t, kChallengeBytes> make_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello,
                                                     uint32_t server_rank) {
   std::vector<uint8_t> head;
-  format::put_u64(head, kChallengeMagic);
-  format::put_u32(head, server_rank);
-  format::put_u32(head, 0);
+  bits::put_u64(head, kChallengeMagic);
+  bits::put_u32(head, server_rank);
+  bits::put_u32(head, 0);
   auto n = random_nonce();
   head.insert(head.end(), n.begin(), n.end());
   std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes);
@@ -106,12 +106,12 @@ std::array<uint8_t, kChallengeBytes> make_challenge(const std::vector<uint8_t>& 
 }
 
 Result<uint32_t> check_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* ch) {
-  if (format::load_u64(ch) != kChallengeMagic) return Error(Code::kAuthError, "peer did not answer with a sparrow challenge");
+  if (bits::load_u64(ch) != kChallengeMagic) return Error(Code::kAuthError, "peer did not answer with a sparrow challenge");
   std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes), head(ch, ch + 32);
   auto mac = hmac(secret, {&label, &h, &head});
   if (!equal_ct(mac.data(), ch + 32, 32))
     return Error(Code::kAuthError, "peer failed to prove it knows the communicator secret");
-  return format::load_u32(ch + 8);
+  return bits::load_u32(ch + 8);
 }
 
 std::array<uint8_t, kProofBytes> make_proof(const std::vector<uint8_t>& secret, const uint8_t* hello,
@@ -129,11 +129,11 @@ bool check_proof(const std::vector<uint8_t>& secret, const uint8_t* hello, const
 
 std::array<uint8_t, kWelcomeBytes> welcome() {
   std::array<uint8_t, kWelcomeBytes> w{};
-  format::store_u64(w.data(), kWelcomeMagic);
+  bits::store_u64(w.data(), kWelcomeMagic);
   return w;
 }
 
-bool is_welcome(const uint8_t* p) { return format::load_u64(p) == kWelcomeMagic; }
+bool is_welcome(const uint8_t* p) { return bits::load_u64(p) == kWelcomeMagic; }
 
 const char* msg_name(Handshake::Msg m) {
   switch (m) {

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "transport/loopback/loopback.h"
 #include "transport/tcp/tcp_backend.h"
 #if SPARROW_HAVE_UCX
@@ -51,30 +51,30 @@ void register_builtins_locked() {
 void FrameHeader::encode(uint8_t out[kFrameHeaderBytes]) const {
   std::vector<uint8_t> v;
   v.reserve(kFrameHeaderBytes);
-  format::put_u32(v, kFrameMagic);
-  format::put_u32(v, 0);
-  format::put_u64(v, key.comm);
-  format::put_u64(v, key.seq);
-  format::put_u32(v, key.sub);
-  format::put_u32(v, frag);
-  format::put_u64(v, offset);
-  format::put_u64(v, total);
-  format::put_u32(v, len);
-  format::put_u32(v, 0);
+  bits::put_u32(v, kFrameMagic);
+  bits::put_u32(v, 0);
+  bits::put_u64(v, key.comm);
+  bits::put_u64(v, key.seq);
+  bits::put_u32(v, key.sub);
+  bits::put_u32(v, frag);
+  bits::put_u64(v, offset);
+  bits::put_u64(v, total);
+  bits::put_u32(v, len);
+  bits::put_u32(v, 0);
   memcpy(out, v.data(), kFrameHeaderBytes);
 }
 
 Result<FrameHeader> FrameHeader::decode(const uint8_t in[kFrameHeaderBytes]) {
-  if (format::load_u32(in) != kFrameMagic) return CorruptData("bad frame magic");
-  if (format::load_u32(in + 4) != 0 || format::load_u32(in + 52) != 0) return CorruptData("bad frame flags");
+  if (bits::load_u32(in) != kFrameMagic) return CorruptData("bad frame magic");
+  if (bits::load_u32(in + 4) != 0 || bits::load_u32(in + 52) != 0) return CorruptData("bad frame flags");
   FrameHeader h;
-  h.key.comm = format::load_u64(in + 8);
-  h.key.seq = format::load_u64(in + 16);
-  h.key.sub = format::load_u32(in + 24);
-  h.frag = format::load_u32(in + 28);
-  h.offset = format::load_u64(in + 32);
-  h.total = format::load_u64(in + 40);
-  h.len = format::load_u32(in + 48);
+  h.key.comm = bits::load_u64(in + 8);
+  h.key.seq = bits::load_u64(in + 16);
+  h.key.sub = bits::load_u32(in + 24);
+  h.frag = bits::load_u32(in + 28);
+  h.offset = bits::load_u64(in + 32);
+  h.total = bits::load_u64(in + 40);
+  h.len = bits::load_u32(in + 48);
   if (h.offset > h.total || h.len > h.total - h.offset) return CorruptData("frame beyond its message");
   return h;
 }

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/digest.h"
 #include "harness/util.h"
 

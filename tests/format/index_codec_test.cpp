@@ -4,10 +4,11 @@
 
 #include <cmath>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "harness/util.h"
 
 namespace sparrow::format {
+using namespace bits;
 namespace {
 
 const IndexCodec kSparse[] = {IndexCodec::kLeb128, IndexCodec::kGolomb, IndexCodec::kBitmap};

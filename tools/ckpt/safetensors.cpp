@@ -10,7 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/checkpoint.h"
 
 namespace sparrow::ckpt {
@@ -58,7 +58,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   if (m == MAP_FAILED) return SystemError("mapping " + path, errno);
   f->base_ = static_cast<const uint8_t*>(m);
   madvise(m, f->size_, MADV_SEQUENTIAL);
-  const uint64_t hlen = format::load_u64(f->base_);
+  const uint64_t hlen = bits::load_u64(f->base_);
   if (hlen > f->size_ - 8 || hlen > (100u << 20))
     return CorruptData(what + "header length " + std::to_string(hlen) + " exceeds the file");
   f->header_.assign(reinterpret_cast<const char*>(f->base_ + 8), hlen);
@@ -136,7 +136,7 @@ Status write_like(const SafetensorsFile& like, const std::vector<const uint8_t*>
     return true;
   };
   std::vector<uint8_t> len;
-  format::put_u64(len, like.header_json().size());
+  bits::put_u64(len, like.header_json().size());
   bool ok = put(len.data(), 8) && put(like.header_json().data(), like.header_json().size());
   // Tensors in data-offset order; any gap between them is written as zeros.
   uint64_t at = 0;

@@ -17,7 +17,7 @@
 #include "core/big_alloc.h"
 #include "core/log.h"
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "kernels/device.h"
 
 namespace sparrow::coll {

@@ -13,7 +13,7 @@
 #include "collectives/sparse/sparse_op.h"
 #include "core/log.h"
 #include "core/params.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "kernels/device.h"
 
 namespace sparrow::coll {

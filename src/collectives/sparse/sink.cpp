@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/log.h"
-#include "format/bits.h"
+#include "core/bits.h"
 #include "format/checkpoint.h"
 #include "kernels/device.h"
 
@@ -41,7 +41,7 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob, cons
   SPARROW_ASSIGN_OR_RETURN(format::Header h, format::parse_header(rest, &used));
   SPARROW_RETURN_IF_ERROR(sess.begin(rest.first(used)));
   rest = rest.subspan(used);
-  while (rest.size() >= 4 && format::load_u32(rest.data()) != format::kFooterMagic) {
+  while (rest.size() >= 4 && bits::load_u32(rest.data()) != format::kFooterMagic) {
     SPARROW_ASSIGN_OR_RETURN(format::ChunkView cv, format::parse_chunk(rest, h, &used));
     (void)cv;
     SPARROW_RETURN_IF_ERROR(sess.add_chunk(blob, rest.first(used)));

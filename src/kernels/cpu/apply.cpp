@@ -20,10 +20,6 @@ using format::ValueCodec;
 
 namespace detail {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 
 // The checks that need only the header: layout, base version and digests.
 Status check_receiver(const format::Header& h, std::span<void* const> targets, std::span<const TensorSpec> layout,

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "format/checkpoint.h"
 #include "kernels/cpu/delta.h"
@@ -17,7 +18,7 @@
 
 namespace sparrow::kernels::cpu::detail {
 
-double now_s();
+using sparrow::now_s;
 
 // What a verified chunk will write: positions and new values, or the new bytes of the whole range.
 struct Staged {

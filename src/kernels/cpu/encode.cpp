@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "format/codec_choice.h"
@@ -21,7 +22,6 @@ using format::ValueCodec;
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Block {
   uint32_t tensor;

@@ -1,8 +1,8 @@
-#include "format/bits.h"
+#include "core/bits.h"
 
 #include <gtest/gtest.h>
 
-namespace sparrow::format {
+namespace sparrow::bits {
 namespace {
 
 TEST(Leb128, RoundTripAndSizes) {
@@ -68,4 +68,4 @@ TEST(Bits, UnaryRespectsLimitAndEnd) {
 }
 
 }  // namespace
-}  // namespace sparrow::format
+}  // namespace sparrow::bits

@@ -1,6 +1,6 @@
-#include "format/bits.h"
+#include "core/bits.h"
 
-namespace sparrow::format {
+namespace sparrow::bits {
 
 Status ByteReader::need(size_t n) const {
   if (n > remaining())
@@ -55,4 +55,4 @@ Status ByteReader::leb128(uint64_t* v, int max_bits) {
   }
 }
 
-}  // namespace sparrow::format
+}  // namespace sparrow::bits

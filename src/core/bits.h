@@ -1,5 +1,5 @@
-// Byte- and bit-level primitives for the checkpoint format: little-endian fields, unsigned LEB128, and
-// LSB-first bit streams. Readers check every bound and report truncation as kCorruptData.
+// Byte- and bit-level primitives for every message and format (the checkpoint format, transport,
+// bootstrap and topology messages): little-endian fields, unsigned LEB128, and LSB-first bit streams. Readers check every bound and report truncation as kCorruptData.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 
-namespace sparrow::format {
+namespace sparrow::bits {
 
 inline void put_u8(std::vector<uint8_t>& o, uint8_t v) { o.push_back(v); }
 inline void put_u16(std::vector<uint8_t>& o, uint16_t v) {
@@ -161,4 +161,4 @@ class BitReader {
   uint64_t pos_ = 0;
 };
 
-}  // namespace sparrow::format
+}  // namespace sparrow::bits
