@@ -5,7 +5,7 @@
 // uplink). RTT: the smallest of several ping-pongs. Bandwidth: the root streams messages over all
 // streams for the pair's time slice; the receiver counts bytes that arrive after the first third of
 // the slice (past slow start) and reports bytes/second back. The root then sends the table to every
-// rank, so all ranks hold the same view. Real transfers refine it passively (Net::observed_bandwidth).
+// rank, so all ranks hold the same view.
 #pragma once
 
 #include <cstdint>

@@ -56,7 +56,6 @@ Status DecodeWorker::Job::join() {
   std::unique_lock<std::mutex> lk(w_->mu_);
   // Decoding is CPU work on frames already here: it always ends (no network wait behind it).
   w_->done_cv_.wait(lk, [&] { return done_ == queued_; });
-  joined_ = true;
   return status_;
 }
 

@@ -42,7 +42,6 @@ class DecodeWorker {
     bool begun_ = false;  // the header went through ApplySession::begin (the pushing thread's only)
     // Guarded by the worker's mutex.
     uint32_t queued_ = 0, done_ = 0;
-    bool joined_ = false;
     Status status_;
   };
   std::unique_ptr<Job> start(kernels::cpu::ApplySession* sess, int parent);

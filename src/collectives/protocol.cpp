@@ -212,8 +212,14 @@ std::string name_key(const transport::MsgKey& k) {
     case kHoldsSub: return "joiner's digests in " + op;
     case kClaimSub: return "claim (waiting for the root it named) in " + op;
     case kNoticeSub: return "notice (ranks disagree on the root) of " + op;
+    case kJoinSub: return "join request";
+    case kWelcomeSub: return "answer to a join request";
+    case kAdoptSub: return "adoption request of " + op;
     default:
-      if (k.sub >= kBeatSub && k.sub < kAckSub) return "heartbeat " + std::to_string(k.sub - kBeatSub) + " in " + op;
+      if (k.sub >= kBeatSub && k.sub < kBeatSub + kMaxBeats)
+        return "heartbeat " + std::to_string(k.sub - kBeatSub) + " in " + op;
+      if (k.sub >= kHoldSub && k.sub < kHoldSub + kMaxHolds)
+        return "hold " + std::to_string(k.sub - kHoldSub) + " (a relay re-attached) in " + op;
       return "part " + std::to_string(k.sub) + " of " + op;
   }
 }

@@ -44,7 +44,6 @@ Result<uint8_t*> Mailbox::frame_begin(Conn* c, const FrameHeader& h) {
   if (fresh) {
     e.total = h.total;
     e.own.resize(h.total);
-    e.first = Clock::now();
   } else if (e.total != h.total && e.ext && e.claimed == 0) {
     // A receiver waits for `k` in its own buffer, but the message has another length (an abort frame
     // in place of a segment): it lands here instead, and the receiver sees its length.
@@ -81,8 +80,6 @@ bool Mailbox::frame_end_locked(Conn* c, const FrameHeader& h) {
   if (traffic_.size() > 256) traffic_.erase(traffic_.begin());
   if (e.ext && e.claimed == e.got) cv_.notify_all();  // recv_into giving up waits for frames in flight
   if (e.got == e.total) {
-    double dt = std::chrono::duration<double>(Clock::now() - e.first).count();
-    if (e.total >= (1u << 20) && dt > 0) bw_ = bw_ == 0 ? e.total / dt : 0.8 * bw_ + 0.2 * (e.total / dt);
     cv_.notify_all();
     return true;
   }
@@ -181,11 +178,6 @@ size_t Mailbox::discard_locked(uint64_t comm, uint64_t seq, const std::function<
   return n;
 }
 
-double Mailbox::observed_bandwidth() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return bw_;
-}
-
 Status Mailbox::wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d) {
   while (true) {
     auto it = entries_.find(k);
@@ -216,7 +208,6 @@ Status Mailbox::recv_into(const MsgKey& k, void* dst, size_t len, Deadline d, st
     // Nothing arrived yet: frames will land in the caller's buffer directly.
     it->second.total = len;
     it->second.ext = static_cast<uint8_t*>(dst);
-    it->second.first = Clock::now();
   }
   Status s = wait_locked(lk, k, d);
   if (!s.ok()) {

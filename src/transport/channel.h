@@ -77,8 +77,6 @@ class Mailbox : public FrameSink {
     uint64_t streams = 0;  // bit s: stream s carried some of it (streams past 63 count as 63)
   };
   Traffic traffic(uint64_t seq_lo, uint64_t seq_hi) const;
-  // Passive bandwidth estimate of this peer's deliveries (bytes/s over the last messages; 0: none).
-  double observed_bandwidth() const;
 
   Result<uint8_t*> frame_begin(Conn* c, const FrameHeader& h) override;
   void frame_end(Conn* c, const FrameHeader& h) override;
@@ -96,7 +94,6 @@ class Mailbox : public FrameSink {
     std::vector<uint8_t> own;
     uint8_t* ext = nullptr;  // caller's buffer (recv_into)
     bool taken_by_waiter = false;
-    Clock::time_point first;
     uint8_t* dest() { return ext ? ext : own.data(); }
   };
   Status wait_locked(std::unique_lock<std::mutex>& lk, const MsgKey& k, Deadline d);
@@ -115,7 +112,6 @@ class Mailbox : public FrameSink {
   std::map<Conn*, InFlight> inflight_;
   std::function<void()> on_stall_;
   bool any_close_fails_ = false;
-  double bw_ = 0;  // EWMA, bytes/s
   std::map<uint64_t, Traffic> traffic_;  // by operation sequence number
 };
 

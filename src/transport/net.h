@@ -71,7 +71,6 @@ class Net {
   // Fails every wait and connection, now and later; idempotent.
   void abort(const Status& why);
   Status aborted() const;
-  double observed_bandwidth(int peer) const { return box(peer)->observed_bandwidth(); }
   // Per-peer traffic of the current operation: begin_traffic(seq_lo, seq_hi) (at the start of each
   // collective: its operation numbers) selects the messages counted; traffic() reads them, from any
   // thread. Times are seconds since begin_traffic() (0: it had arrived before).
