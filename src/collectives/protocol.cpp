@@ -209,7 +209,7 @@ std::string name_key(const transport::MsgKey& k) {
     case kResyncSub: return "resync (snapshot or missed deltas) of " + op;
     case kVerdictSub: return "verdict on " + op;
     case kReattachSub: return "re-attach request of " + op;
-    case kHoldsSub: return "joiner's digests in " + op;
+    case kHoldingsSub: return "joiner's digests in " + op;
     case kClaimSub: return "claim (waiting for the root it named) in " + op;
     case kNoticeSub: return "notice (ranks disagree on the root) of " + op;
     case kJoinSub: return "join request";

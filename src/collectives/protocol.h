@@ -26,7 +26,7 @@
 //                  you" (root_watch.h); a rank that named another root fails the operation on it
 //   kNoticeSub     the rank that found that ranks disagree on the root -> every other rank: the
 //                  failure (an abort frame's shape), so that nobody waits for what will not come
-//   kHoldsSub      joiner -> root (elastic, its first sparse operation): the content digests of its
+//   kHoldingsSub      joiner -> root (elastic, its first sparse operation): the content digests of its
 //                  receive buffers; the root looks for the retained version they are and sends the
 //                  deltas from it as its resync, else a full snapshot
 #pragma once
@@ -56,7 +56,7 @@ inline Frame share(std::vector<uint8_t>&& v) { return std::make_shared<std::vect
 
 constexpr uint32_t kAckSub = 0xfffffff0u, kResyncSub = 0xfffffff1u, kVerdictSub = 0xfffffff2u,
                    kReattachSub = 0xfffffff3u, kJoinSub = 0xfffffff4u, kWelcomeSub = 0xfffffff5u,
-                   kHoldsSub = 0xfffffff6u, kAdoptSub = 0xfffffff7u, kClaimSub = 0xfffffff8u,
+                   kHoldingsSub = 0xfffffff6u, kAdoptSub = 0xfffffff7u, kClaimSub = 0xfffffff8u,
                    kNoticeSub = 0xfffffff9u;
 // Elastic: a rank's k-th heartbeat to the root during a long operation is sub kBeatSub + k (k < 2^24).
 constexpr uint32_t kBeatSub = 0xe0000000u, kMaxBeats = 1u << 24;

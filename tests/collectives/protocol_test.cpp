@@ -139,7 +139,7 @@ TEST(Protocol, KeysAreNamedInMessages) {
   EXPECT_EQ(name_key({1, 7, kHoldSub + 2}), "hold 2 (a relay re-attached) in operation 7");
   EXPECT_EQ(name_key({1, 7, kBeatSub + 3}), "heartbeat 3 in operation 7");
   // Every kind of message has a name of its own: none reads as a payload part.
-  for (uint32_t sub : {kAckSub, kResyncSub, kVerdictSub, kReattachSub, kJoinSub, kWelcomeSub, kHoldsSub, kAdoptSub,
+  for (uint32_t sub : {kAckSub, kResyncSub, kVerdictSub, kReattachSub, kJoinSub, kWelcomeSub, kHoldingsSub, kAdoptSub,
                        kClaimSub, kNoticeSub, kHoldSub, kBeatSub})
     EXPECT_EQ(name_key({1, 7, sub}).find("part "), std::string::npos) << name_key({1, 7, sub});
 }

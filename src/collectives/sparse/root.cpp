@@ -165,7 +165,7 @@ void take_declared_versions(Engine& e, const OpWire& w, const SparseOp& op, cons
   for (int r : op.joined) {
     auto it = resync.find(r);
     if (it == resync.end() || it->second != 0) continue;
-    auto m = w.recv(r, kHoldsSub, until);
+    auto m = w.recv(r, kHoldingsSub, until);
     auto d = m.ok() ? decode_holds(m.value()) : Result<std::vector<uint64_t>>(m.status());
     if (!d.ok()) {
       SPARROW_INFO("operation %llu: no digests from joiner rank %d (%s): a full snapshot", (unsigned long long)op.seq, r,

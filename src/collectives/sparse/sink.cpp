@@ -163,7 +163,7 @@ void SparseSink::declare_holdings() {
   bool host = result_.ok();
   for (void* p : dst_) host = host && !kernels::is_device(kernels::device_ops(), p);
   if (host) declared_ = kernels::cpu::content_digests(op_.layout, std::vector<const void*>(dst_.begin(), dst_.end()));
-  Status s = relay_->wire().send({root_}, kHoldsSub, share(holds_message(declared_)));
+  Status s = relay_->wire().send({root_}, kHoldingsSub, share(holds_message(declared_)));
   if (!s.ok()) SPARROW_INFO("rank %d could not tell the root what it holds: %s", e_.rank(), s.to_string().c_str());
 }
 
