@@ -23,8 +23,6 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 
 def layer_of(rel):
     parts = rel.split(os.sep)
-    if parts[0] == "topology":
-        return "topology"
     if parts[0] == "src" and len(parts) > 2:
         return parts[1]
     return None
@@ -43,7 +41,7 @@ def allowed(layer):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     bad, files = [], set()
-    for top in ("src", "topology"):
+    for top in ("src",):
         for d, _, names in os.walk(os.path.join(root, top)):
             for n in sorted(names):
                 if not n.endswith((".h", ".cpp", ".cu", ".cuh")):
