@@ -15,7 +15,7 @@
 #include "core/bits.h"
 #include "transport/auth.h"
 #include "transport/channel.h"
-#include "transport/tcp/socket.h"
+#include "transport/socket.h"
 #include "transport/tcp/tcp_backend.h"
 
 namespace sparrow::bootstrap {

@@ -8,11 +8,7 @@
 
 #include "core/params.h"
 #include "core/bits.h"
-#include "transport/loopback/loopback.h"
-#include "transport/tcp/tcp_backend.h"
-#if SPARROW_HAVE_UCX
-#include "transport/ucx/ucx_backend.h"
-#endif
+#include "transport/backends.h"
 
 namespace sparrow::transport {
 namespace {
@@ -37,13 +33,9 @@ void register_builtins_locked() {
   static bool done = false;
   if (done) return;
   done = true;
-  // TCP first: it works everywhere and is what this project measures against iperf3. UCX is selected
-  // explicitly (SPARROW_TRANSPORT=ucx) until it beats TCP on the links at hand.
-  registry().push_back({"tcp", 100, make_tcp_backend});
-#if SPARROW_HAVE_UCX
-  if (ucx_available()) registry().push_back({"ucx", 50, make_ucx_backend});
-#endif
-  registry().push_back({"loopback", 0, make_loopback_backend});
+  add_builtin_backends([](const std::string& name, int priority, BackendFactory f) {
+    registry().push_back({name, priority, std::move(f)});
+  });
 }
 
 }  // namespace

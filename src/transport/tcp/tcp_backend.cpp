@@ -17,7 +17,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/auth.h"
-#include "transport/tcp/socket.h"
+#include "transport/socket.h"
 
 namespace sparrow::transport {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "core/log.h"
 #include "transport/auth.h"
-#include "transport/tcp/socket.h"
+#include "transport/socket.h"
 
 namespace sparrow::transport {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/params.h"
 #include "harness/net_harness.h"
 #include "harness/util.h"
-#include "transport/tcp/socket.h"
+#include "transport/socket.h"
 
 namespace sparrow::transport {
 namespace {
