@@ -209,7 +209,8 @@ SPARROW_EXPORT sparrowResult_t sparrowCommInitRankConfig(sparrowComm_t* comm, in
   });
   if (!ran.ok()) return fail(ran);
   if (!c.ok()) return fail(c.status());
-  *comm = new sparrowComm{std::move(c.value())};
+  *comm = new sparrowComm();
+  (*comm)->impl = std::move(c.value());
   (*comm)->coll = std::make_unique<sparrow::coll::Engine>(*(*comm)->impl);
   std::lock_guard<std::mutex> lk(g_live_mu);
   g_live.insert(*comm);
