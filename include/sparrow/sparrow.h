@@ -320,6 +320,16 @@ typedef struct sparrowModel* sparrowModel_t;
  * device memory). The communicator must outlive the model. */
 sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                    int ntensors, int root);
+/* The same with several sources (sharded trainers, FSDP-style): sources[0..nsources) are the ranks
+ * that hold the trainer's weights, the root among them, the same list on every rank. A source's
+ * tensor is a whole logical tensor or one piece along dim 0 at offset 0 filling its rows; together
+ * the sources hold every row of every logical tensor exactly once (else the first step fails on every
+ * rank with sparrowInvalidUsage naming the rows). Each source sends its own rows (no gather), in an
+ * operation among it and the receivers; a receiver writes its tensors only once every source's part
+ * of the step verified, so it never holds a mix of versions. Needs a fixed communicator; staging is
+ * not supported with several sources (sparrowInvalidUsage). sources NULL or {root}: sparrowModelCreate. */
+sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
+                                          int ntensors, int root, const int* sources, int nsources);
 /* One version step: the root pushes its tensors' current values, every receiver gets them in its
  * own tensors, bit-exact. The first call agrees on the model: the root sends the names, dtypes and
  * shapes of its tensors, and a receiver tensor or piece that does not fit them (an unknown name, a

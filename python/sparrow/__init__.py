@@ -653,16 +653,21 @@ class WeightSync:
     in `layout` holds the listed pieces of logical tensors (fused and/or tensor-parallel; elements
     no piece covers, e.g. vocabulary padding, are never written). The first step agrees on the model:
     a tensor or piece that does not fit the root's raises InvalidUsage on every rank, naming it.
-    `sources`: the ranks holding the trainer's weights; one source, the root, is supported.
+    `sources`: the ranks holding the trainer's weights (default [root]; the same list on every rank,
+    the root among them). With several (sharded trainers, FSDP-style), each source passes its own
+    tensors: whole logical tensors, or one Piece along dim 0 at offset 0 (its rows); together they
+    hold every row exactly once. Each source sends its own rows; receivers write a version only once
+    every source's part of it verified. Staging needs a single source.
     """
 
     def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,
                  layout: Optional[Dict[str, List[Piece]]] = None, sources: Optional[List[int]] = None):
         self.comm = comm
         self.root = root
-        if sources is not None and list(sources) != [root]:
-            raise InvalidArgument(f"WeightSync: sources={list(sources)!r}: this version sends from one source, the "
-                                  f"root (sources=[{root}] or None); sharded sources are not supported yet", 4)
+        sources = [root] if sources is None else list(sources)
+        if not sources or not all(isinstance(s, int) and not isinstance(s, bool) for s in sources):
+            raise InvalidArgument(f"WeightSync: sources must be a non-empty list of ranks, got {sources!r}", 4)
+        self.sources = sources
         layout = dict(layout or {})
         self.names: List[str] = []
         self.tensors: List[Any] = []
@@ -670,7 +675,7 @@ class WeightSync:
         for i, item in enumerate(named_tensors):
             name, t = item if isinstance(item, tuple) else (f"tensor{i}", item)
             data = getattr(t, "data", t)  # torch.nn.Parameter -> its tensor (same memory)
-            buf = _Buffer(data, writable=comm.rank != root, what=f"WeightSync: {name}")
+            buf = _Buffer(data, writable=comm.rank not in sources, what=f"WeightSync: {name}")
             if name in layout and not layout[name]:
                 layout.pop(name)  # covered by no piece on this rank (all padding): receives nothing
                 continue
@@ -686,7 +691,7 @@ class WeightSync:
             raise InvalidArgument("WeightSync: no tensors", 4)
         if layout:
             raise InvalidArgument(f"WeightSync: layout names {sorted(layout)!r}, which are not among the tensors", 4)
-        self._model = _sparrow.Model(comm._alive(), descs, root)
+        self._model = _sparrow.Model(comm._alive(), descs, root, [] if sources == [root] else sources)
         if self._model.init_result != 0:
             _raise(self._model.init_result, self._model.init_error)
         self.steps = 0

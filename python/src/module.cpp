@@ -287,7 +287,8 @@ class Model {
  public:
   using PieceDesc = std::tuple<std::string, int, size_t, size_t, size_t>;
   using TensorDesc = std::tuple<std::string, uintptr_t, int, std::vector<size_t>, std::vector<PieceDesc>>;
-  Model(Comm& comm, const std::vector<TensorDesc>& tensors, int root) : comm_(comm) {
+  Model(Comm& comm, const std::vector<TensorDesc>& tensors, int root, const std::vector<int>& sources)
+      : comm_(comm) {
     std::vector<std::vector<sparrowPiece_t>> pieces(tensors.size());
     std::vector<sparrowTensor_t> ts;
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -297,7 +298,8 @@ class Model {
       ts.push_back({name.c_str(), ptr(addr), sparrowDataType_t(dtype), int(shape.size()), shape.data(),
                     pieces[i].empty() ? nullptr : pieces[i].data(), int(pieces[i].size())});
     }
-    init_rc_ = sparrowModelCreate(&m_, comm.handle(), ts.data(), int(ts.size()), root);
+    init_rc_ = sparrowModelCreateSharded(&m_, comm.handle(), ts.data(), int(ts.size()), root,
+                                         sources.empty() ? nullptr : sources.data(), int(sources.size()));
     if (init_rc_ != sparrowSuccess) {
       init_error_ = comm.handle() ? sparrowGetLastError(comm.handle()) : sparrowGetLastError(nullptr);
       m_ = nullptr;
@@ -407,7 +409,8 @@ PYBIND11_MODULE(_sparrow, m) {
       .def("destroy", &Comm::destroy)
       .def("abort", &Comm::abort);
   py::class_<Model>(m, "Model")
-      .def(py::init<Comm&, const std::vector<Model::TensorDesc>&, int>(), py::keep_alive<1, 2>())
+      .def(py::init<Comm&, const std::vector<Model::TensorDesc>&, int, const std::vector<int>&>(),
+           py::keep_alive<1, 2>())
       .def_property_readonly("init_result", &Model::init_result)
       .def_property_readonly("init_error", &Model::init_error)
       .def("step", &Model::step)

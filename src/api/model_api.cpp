@@ -88,7 +88,14 @@ extern "C" {
 
 SPARROW_EXPORT sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm,
                                                   const sparrowTensor_t* tensors, int ntensors, int root) {
+  return sparrowModelCreateSharded(model, comm, tensors, ntensors, root, nullptr, 0);
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm,
+                                                         const sparrowTensor_t* tensors, int ntensors, int root,
+                                                         const int* sources, int nsources) {
   if (!model) return invalid("sparrowModelCreate: model is NULL");
+  if (nsources < 0 || (nsources > 0 && !sources)) return invalid("sparrowModelCreate: sources is NULL or nsources negative");
   *model = nullptr;
   if (ntensors < 0 || (ntensors > 0 && !tensors)) return invalid("sparrowModelCreate: tensors is NULL or ntensors negative");
   Pin pin(comm);
@@ -104,7 +111,8 @@ SPARROW_EXPORT sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrow
   }
   sparrow::Result<std::unique_ptr<sparrow::model::Model>> made = sparrow::InternalError("not run");
   sparrow::Status s = no_throw("sparrowModelCreate", [&] {
-    made = sparrow::model::Model::create(*comm->coll, std::move(locals), root);
+    made = sparrow::model::Model::create(*comm->coll, std::move(locals), root,
+                                         std::vector<int>(sources, sources + nsources));
     return made.status();
   });
   if (!s.ok()) return fail(sparrow::Status(s.code(), "sparrowModelCreate: " + s.message()), comm);

@@ -17,7 +17,8 @@ Status no_stage_pending(Engine& e) {
   return Status::Ok();
 }
 
-Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root) {
+Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root,
+                              const std::vector<int>* participants) {
   e.dense_staging.clear();  // a run of dense broadcasts (a first version) is over
   SparseOp op;
   op.seq = e.comm.next_seq();
@@ -29,8 +30,9 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
   }
   // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size. An
   // elastic receiver builds it when the root's header names the members.
+  if (participants) op.participants = *participants;
   if (!e.comm.elastic()) {
-    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100));
+    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, participants));
   } else if (e.rank() == root) {
     op.joined = admit_joiners(e, op.seq);
     op.members = e.members.live();
@@ -39,10 +41,12 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
   return op;
 }
 
-Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
+Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root, const std::vector<int>* participants) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  if (participants && e.comm.elastic())
+    return Error(Code::kInvalidUsage, "an operation among some ranks only needs a fixed communicator");
   InCall busy(e);
-  SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root));
+  SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root, participants));
   if (e.rank() == root) {
     e.end_lingering();  // (a receiver's last relay: a receiver ends it once the next header came)
     Status s = sparse_root(e, bufs, root, op);
@@ -53,6 +57,8 @@ Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   Status r = rx.receive();
   return rx.commit(std::move(r));
 }
+
+void skip_op(Engine& e) { e.comm.next_seq(); }
 
 Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   if (e.rank() == root) return sparse_bcast(e, bufs, root);

@@ -23,7 +23,13 @@ namespace sparrow::coll {
 // first and the acknowledgements and verdicts travel once for all of them.
 Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root);
 // One sparse operation over one or more buffers (a group): one checkpoint, one version step.
-Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root);
+// `participants` (fixed communicators): the ranks taking part, the root among them; every other
+// rank calls skip_op() in its place. Null: every rank.
+Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root,
+                    const std::vector<int>* participants = nullptr);
+// A rank that takes no part in this operation (not among its participants) keeps the operation
+// numbering in step with the others.
+void skip_op(Engine& e);
 // Staging (receivers): sparse_stage starts the operation and returns at once; a background thread
 // receives, forwards, verifies and decodes it without writing the receive buffers (which the caller
 // keeps reading, and must not write); stage_commit waits for it and writes (time proportional to the

@@ -109,6 +109,7 @@ Status unknown(const Manifest& m, const std::string& what, const std::string& na
 }  // namespace
 
 uint64_t LocalTensor::numel() const { return product(shape); }
+uint64_t rows_of(const std::vector<uint64_t>& shape) { return shape.empty() ? 1 : shape[0]; }
 std::string LocalTensor::describe() const {
   return "'" + name + "' " + shape_str(shape) + " " + format::dtype_name(dtype);
 }
@@ -127,8 +128,52 @@ std::vector<uint8_t> Manifest::encode() const {
     bits::put_u8(o, uint8_t(t.shape.size()));
     for (uint64_t d : t.shape) bits::put_u64(o, d);
   }
+  bits::put_u32(o, uint32_t(parts.size()));
+  for (const auto& p : parts) {
+    bits::put_u32(o, uint32_t(p.rank));
+    bits::put_u32(o, uint32_t(p.slices.size()));
+    for (const auto& s : p.slices) {
+      bits::put_u32(o, s.logical);
+      bits::put_u64(o, s.start);
+      bits::put_u64(o, s.stop);
+    }
+  }
+  bits::put_u32(o, uint32_t(error.size()));
+  o.insert(o.end(), error.begin(), error.end());
   return o;
 }
+
+namespace {
+Status decode_parts(bits::ByteReader& r, Manifest& out) {
+  uint32_t n = 0;
+  SPARROW_RETURN_IF_ERROR(r.u32(&n));
+  if (n > (1u << 20)) return CorruptData("model manifest: " + std::to_string(n) + " parts");
+  for (uint32_t i = 0; i < n; ++i) {
+    Part p;
+    uint32_t rank = 0, k = 0;
+    SPARROW_RETURN_IF_ERROR(r.u32(&rank));
+    SPARROW_RETURN_IF_ERROR(r.u32(&k));
+    if (k > out.tensors.size()) return CorruptData("model manifest: a part with too many slices");
+    p.rank = int32_t(rank);
+    for (uint32_t j = 0; j < k; ++j) {
+      Slice s;
+      SPARROW_RETURN_IF_ERROR(r.u32(&s.logical));
+      SPARROW_RETURN_IF_ERROR(r.u64(&s.start));
+      SPARROW_RETURN_IF_ERROR(r.u64(&s.stop));
+      if (s.logical >= out.tensors.size() || s.stop <= s.start || s.stop > rows_of(out.tensors[s.logical].shape))
+        return CorruptData("model manifest: a slice out of range");
+      p.slices.push_back(s);
+    }
+    out.parts.push_back(std::move(p));
+  }
+  uint32_t len = 0;
+  const uint8_t* e = nullptr;
+  SPARROW_RETURN_IF_ERROR(r.u32(&len));
+  SPARROW_RETURN_IF_ERROR(r.bytes(len, &e));
+  out.error.assign(reinterpret_cast<const char*>(e), len);
+  return Status::Ok();
+}
+}  // namespace
 
 Result<Manifest> Manifest::decode(std::span<const uint8_t> m) {
   bits::ByteReader r(m, "model manifest");
@@ -156,6 +201,7 @@ Result<Manifest> Manifest::decode(std::span<const uint8_t> m) {
     if (!check_shape(t.name, t.dtype, t.shape).ok()) return CorruptData("model manifest: tensor '" + t.name + "'");
     out.tensors.push_back(std::move(t));
   }
+  SPARROW_RETURN_IF_ERROR(decode_parts(r, out));
   if (r.remaining()) return CorruptData("model manifest: trailing bytes");
   return out;
 }

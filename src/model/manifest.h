@@ -44,9 +44,26 @@ struct LogicalTensor {
   uint64_t bytes() const;
 };
 
+// Sharded sources: the rows (dim 0) [start, stop) of logical tensor `logical` (an index into the
+// manifest's tensors; a 0-dimensional tensor has one row).
+struct Slice {
+  uint32_t logical = 0;
+  uint64_t start = 0, stop = 0;
+};
+// What one source sends: its slices, in the order of its local tensors.
+struct Part {
+  int32_t rank = 0;
+  std::vector<Slice> slices;
+};
+
 struct Manifest {
   int32_t root = 0;
-  std::vector<LogicalTensor> tensors;  // the order they travel in
+  std::vector<LogicalTensor> tensors;  // the order they travel in (one source)
+  // Several sources: each one's part, in the order the parts travel (empty: the root sends every
+  // tensor whole).
+  std::vector<Part> parts;
+  // Set by the root when the sources' tensors do not make one model: every rank fails with it.
+  std::string error;
   std::vector<uint8_t> encode() const;
   static Result<Manifest> decode(std::span<const uint8_t> m);
   int find(const std::string& name) const;  // index, or -1
@@ -58,6 +75,8 @@ struct Manifest {
 Status check_local(const std::vector<LocalTensor>& t, bool source);
 // The source's manifest: its tensors, in its order.
 Manifest manifest_of(const std::vector<LocalTensor>& t, int root);
+
+uint64_t rows_of(const std::vector<uint64_t>& shape);  // dim 0 (1 for a 0-dimensional tensor)
 
 // Where a receiver puts each logical tensor: straight into a local tensor that is the whole of it,
 // or into a host copy (the mirror) whose changes are then projected onto the local pieces that name

@@ -1,18 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/bcast.h"
 #include "format/checkpoint.h"
 #include "format/digest.h"
 #include "kernels/device.h"
+#include "model/sources.h"
 
 namespace sparrow::model {
 namespace {
-
-// The manifest travels as part 1 of its own operation; acknowledgements and the verdict as usual.
-constexpr uint32_t kManifestSub = 1;
 
 // The ranks the root tells (an elastic communicator's live members; every rank otherwise).
 std::vector<int> others(coll::Engine& e) {
@@ -22,48 +21,68 @@ std::vector<int> others(coll::Engine& e) {
   return v;
 }
 
-// The root's side of the agreement: every rank's check, the first failure as everyone's verdict. An
-// elastic member that does not answer is dropped (as a broadcast would), not a failure.
-Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m) {
+}  // namespace
+
+// The root's side of the agreement: every rank's check, the first failure (the root's own, `mine`,
+// first) as everyone's verdict. An elastic member that does not answer is dropped (as a broadcast
+// would), not a failure.
+Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m, Status mine) {
   const std::vector<int> to = others(e);
-  Status verdict = w.send(to, kManifestSub, coll::share(m.encode()));
+  Status sent = w.send(to, kManifestSub, coll::share(m.encode()));
+  Status verdict = mine.ok() ? sent : mine;
   for (int r : to) {
-    if (!verdict.ok()) break;
+    if (!sent.ok()) break;
     auto bytes = w.recv(r, coll::kAckSub);
     if (!bytes.ok() && e.comm.elastic()) {
       e.members.drop(r, w.seq, "no answer to the model's manifest: " + bytes.status().to_string());
       continue;
     }
-    if (!bytes.ok()) verdict = bytes.status();
+    if (!bytes.ok() && verdict.ok()) verdict = bytes.status();
     auto ack = bytes.ok() ? coll::Ack::decode(*bytes, "rank " + std::to_string(r)) : Result<coll::Ack>(bytes.status());
-    if (bytes.ok() && !ack.ok()) verdict = ack.status();
-    if (ack.ok() && !ack->status.ok())
+    if (bytes.ok() && !ack.ok() && verdict.ok()) verdict = ack.status();
+    if (ack.ok() && !ack->status.ok() && verdict.ok())
       verdict = Status(ack->status.code(), "rank " + std::to_string(r) + ": " + ack->status.message());
   }
-  Status sent = coll::send_verdict(w, to, verdict);
-  return verdict.ok() ? sent : verdict;
+  Status handed = coll::send_verdict(w, to, verdict);
+  return verdict.ok() ? handed : verdict;
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalTensor> tensors, int root) {
-  if (root < 0 || root >= e.comm.nranks())
-    return InvalidArgument("root " + std::to_string(root) + " out of range for " + std::to_string(e.comm.nranks()) +
-                           " ranks");
-  SPARROW_RETURN_IF_ERROR(check_local(tensors, e.rank() == root));
+Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalTensor> tensors, int root,
+                                             std::vector<int> sources) {
+  const int n = e.comm.nranks();
+  if (root < 0 || root >= n)
+    return InvalidArgument("root " + std::to_string(root) + " out of range for " + std::to_string(n) + " ranks");
+  if (sources.size() == 1 && sources[0] == root) sources.clear();
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i] < 0 || sources[i] >= n || std::count(sources.begin(), sources.end(), sources[i]) > 1)
+      return InvalidArgument("sources: each a distinct rank in [0, " + std::to_string(n) + "), got " +
+                             std::to_string(sources[i]));
+  if (!sources.empty() && std::find(sources.begin(), sources.end(), root) == sources.end())
+    return InvalidArgument("sources: the root (" + std::to_string(root) + ") must be one of them");
+  if (!sources.empty() && e.comm.elastic())
+    return InvalidArgument("sources: several sources need a fixed (not elastic) communicator");
+  const bool source = std::find(sources.begin(), sources.end(), e.rank()) != sources.end();
+  SPARROW_RETURN_IF_ERROR(check_local(tensors, sources.empty() && e.rank() == root));
+  if (source) SPARROW_RETURN_IF_ERROR(check_source(tensors));
+  if (source && tensors.empty()) return InvalidArgument("a source passes no tensors");
   auto* dev = kernels::device_ops();
   for (const auto& t : tensors)
     if (!t.pieces.empty() && kernels::is_device(dev, t.data))
       return InvalidArgument("tensor '" + t.name + "': a tensor with a layout (pieces) must be in host memory");
-  return std::unique_ptr<Model>(new Model(e, std::move(tensors), root));
+  return std::unique_ptr<Model>(new Model(e, std::move(tensors), root, std::move(sources)));
+}
+
+bool Model::is_source() const {
+  return sharded() ? std::find(sources_.begin(), sources_.end(), e_.rank()) != sources_.end() : is_root();
 }
 
 Status Model::agree() {
   SPARROW_RETURN_IF_ERROR(coll::no_stage_pending(e_));
   const coll::OpWire w = e_.wire(e_.comm.next_seq());
+  if (sharded()) return agree_sharded(w);
   if (is_root()) {
     manifest_ = manifest_of(locals_, root_);
-    return root_agrees(e_, w, manifest_);
+    return root_agrees(e_, w, manifest_, Status::Ok());
   }
   SPARROW_ASSIGN_OR_RETURN(auto bytes, w.recv(root_, kManifestSub));
   auto m = Manifest::decode(bytes);
@@ -90,6 +109,7 @@ Status Model::plan(const Manifest& m) {
     mirrors_[l].resize(m.tensors[l].bytes());
     std::memset(mirrors_[l].data(), 0, mirrors_[l].size());
   }
+  if (sharded()) plan_sharded(m);
   return Status::Ok();
 }
 
@@ -109,6 +129,7 @@ std::vector<coll::BufferArg> Model::bufs() const {
 }
 
 const uint8_t* Model::logical_bytes(size_t l) const {
+  if (sharded()) return mirrors_[l].data();
   if (is_root()) return static_cast<const uint8_t*>(locals_[l].data);
   if (targets_[l].whole >= 0) return static_cast<const uint8_t*>(locals_[size_t(targets_[l].whole)].data);
   return mirrors_[l].data();
@@ -131,8 +152,14 @@ void Model::project_pieces() {
 
 void Model::read_version() {
   coll::BufferKey key;
-  for (const auto& b : bufs()) key.push_back(is_root() ? b.send : b.recv);
-  if (is_root()) {
+  std::vector<coll::BufferArg> bs;
+  size_t own = 0;  // a sharded model: this rank's part (a receiver: the first)
+  for (size_t k = 0; sharded() && k < manifest_.parts.size(); ++k)
+    if (manifest_.parts[k].rank == e_.rank()) own = k;
+  bs = sharded() ? part_bufs(own) : bufs();
+  const bool sends = sharded() ? is_source() : is_root();
+  for (const auto& b : bs) key.push_back(sends ? b.send : b.recv);
+  if (sends) {
     auto it = e_.roots.find(key);
     if (it != e_.roots.end() && it->second.enc) version_ = it->second.enc->version();
   } else {
@@ -144,6 +171,7 @@ void Model::read_version() {
 Status Model::step() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
+  if (sharded()) return step_sharded();
   if (!is_root()) mirror_pieces();
   Status s = coll::sparse_bcast(e_, bufs(), root_);
   if (s.ok() && !is_root()) project_pieces();
@@ -152,6 +180,8 @@ Status Model::step() {
 }
 
 Status Model::stage() {
+  if (sharded())
+    return Error(Code::kInvalidUsage, "staging a model with several sources is not supported yet: use step()");
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
   if (!is_root()) mirror_pieces();
@@ -170,6 +200,10 @@ Status Model::commit() {
 
 void Model::forget() {
   if (!agreed_) return;
+  for (size_t k = 0; sharded() && k < manifest_.parts.size(); ++k)
+    if (manifest_.parts[k].rank == e_.rank() || !is_source())  // a source has buffers of its own part only
+      for (const auto& b : part_bufs(k)) (void)coll::sparse_reset(e_, b.send ? b.send : b.recv);
+  if (sharded()) return;
   for (const auto& b : bufs()) (void)coll::sparse_reset(e_, is_root() ? b.send : b.recv);
 }
 
@@ -177,6 +211,8 @@ Result<uint64_t> Model::digest(const std::string& name) const {
   if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
   const int l = manifest_.find(name);
   if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
+  if (sharded() && is_source())
+    return Error(Code::kInvalidUsage, "a source holds only rows of '" + name + "': ask a receiver for its digest");
   const uint8_t* p = logical_bytes(size_t(l));
   if (kernels::is_device(kernels::device_ops(), p))
     return InvalidArgument("tensor '" + name + "' is in device memory: its digest is computed on host tensors only");

@@ -28,7 +28,10 @@ namespace sparrow::model {
 class Model {
  public:
   // Checks this rank's tensors (nothing travels until the first step). `e` must outlive the model.
-  static Result<std::unique_ptr<Model>> create(coll::Engine& e, std::vector<LocalTensor> tensors, int root);
+  // `sources`: the ranks holding the trainer's weights, the root among them (empty: the root alone);
+  // with several, each holds row ranges of logical tensors (sources.h) and sends them itself.
+  static Result<std::unique_ptr<Model>> create(coll::Engine& e, std::vector<LocalTensor> tensors, int root,
+                                               std::vector<int> sources = {});
 
   Status step();    // one version: pushed by the root, received and projected by the others
   Status stage();   // receivers: receive in the background, keep reading the current version
@@ -46,8 +49,11 @@ class Model {
   void forget();
 
  private:
-  Model(coll::Engine& e, std::vector<LocalTensor> t, int root) : e_(e), locals_(std::move(t)), root_(root) {}
+  Model(coll::Engine& e, std::vector<LocalTensor> t, int root, std::vector<int> sources)
+      : e_(e), locals_(std::move(t)), root_(root), sources_(std::move(sources)) {}
   bool is_root() const { return e_.rank() == root_; }
+  bool sharded() const { return sources_.size() > 1; }
+  bool is_source() const;
   Status agree();                        // the first step: manifest, plan, verdict
   Status plan(const Manifest& m);        // a receiver's targets and mirrors
   std::vector<coll::BufferArg> bufs() const;
@@ -55,10 +61,25 @@ class Model {
   void mirror_pieces();                  // local pieces -> mirror where they differ (before a step)
   void project_pieces();                 // mirror -> local pieces where they differ (after one)
   void read_version();
+  // Several sources (sharded.cpp): the agreement on the merged parts, the step (one operation per
+  // source, among it and the receivers), the receivers' buffers inside their mirrors, the check
+  // that a receiver's tensors still hold what was projected into them.
+  Status agree_sharded(const coll::OpWire& w);
+  Status step_sharded();
+  void plan_sharded(const Manifest& m);
+  std::vector<coll::BufferArg> part_bufs(size_t k) const;  // part k, as this rank sends or receives it
+  uint64_t local_sum(size_t t) const;  // checksum of what local tensor t's runs hold
+  bool drifted() const;
+  void project_all();
 
   coll::Engine& e_;
   std::vector<LocalTensor> locals_;
   int root_;
+  std::vector<int> sources_;
+  std::vector<std::vector<int>> participants_;  // per part: its source and the receivers, increasing
+  std::vector<uint64_t> sums_;  // a sharded receiver's local tensors: checksums of what was projected
+  bool repair_ = false;         // ... one of them was written to: the next step rewrites them
+
   bool agreed_ = false;
   Manifest manifest_;
   std::vector<Target> targets_;  // receivers, per logical tensor
@@ -66,5 +87,12 @@ class Model {
   std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> mirrors_;  // per logical tensor (empty: whole)
   uint64_t version_ = 0, projected_ = 0;
 };
+
+// A model's agreement is an operation of its own: sources send their parts to the root (kPartSub),
+// the root sends the manifest to every rank (kManifestSub); acknowledgements and the verdict as usual.
+constexpr uint32_t kManifestSub = 1, kPartSub = 2;
+// The root's side of it: sends `m`, collects every rank's check, and sends the first failure (its
+// own, `mine`, first) as everyone's verdict, which it returns.
+Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m, Status mine);
 
 }  // namespace sparrow::model

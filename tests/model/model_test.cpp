@@ -302,6 +302,116 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   }
 }
 
+// Sharded sources (FSDP-style): source `part` of 2 holds rows [0, cut) or [cut, rows) of every
+// logical tensor, under a name of its own; `shift` moves the boundary of this part (-1 on part 1:
+// the parts overlap by a row; -1 on part 0: they leave a row out).
+std::vector<Held> shard(const std::vector<Held>& logical, int part, int shift = 0) {
+  std::vector<Held> out;
+  for (const auto& l : logical) {
+    const size_t rows = l.shape[0], cut = size_t(int(rows / 2 + 1) + shift);
+    const size_t start = part ? cut : 0, stop = part ? rows : cut;
+    std::vector<size_t> shape = l.shape;
+    shape[0] = stop - start;
+    Held h(l.name + ".shard" + std::to_string(part), shape);
+    h.piece(l.name, 0, start, stop, 0);
+    std::copy(l.data.begin() + std::ptrdiff_t(start * l.data.size() / rows),
+              l.data.begin() + std::ptrdiff_t(stop * l.data.size() / rows), h.data.begin());
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+sparrowResult_t make_sharded(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, const std::vector<int>& src) {
+  std::vector<sparrowTensor_t> ts;
+  for (auto& h : held) {
+    for (size_t i = 0; i < h.pieces.size(); ++i) h.pieces[i].logical = h.logical[i].c_str();
+    ts.push_back({h.name.c_str(), h.data.data(), sparrowBfloat16, int(h.shape.size()), h.shape.data(),
+                  h.pieces.empty() ? nullptr : h.pieces.data(), int(h.pieces.size())});
+  }
+  return sparrowModelCreateSharded(m, c, ts.data(), int(ts.size()), 0, src.data(), int(src.size()));
+}
+
+TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
+  Comms comms(5);
+  std::vector<Held> logical = trainer(21);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1),
+                                         {Held("v", {4, 4}), Held("emb", {10, 4}), Held("q", {8, 4})},
+                                         tp_worker(0), tp_worker(1)};
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(5);
+  for (int r = 0; r < 5; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], src), sparrowSuccess);
+  auto step = [&] { return comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }); };
+  for (int s = 1; s <= 3; ++s) {
+    auto rc = step();
+    for (int r = 0; r < 5; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+    for (auto& h : held[2]) ASSERT_EQ(h.data, find(logical, h.name).data) << h.name << " at step " << s;
+    for (int tp = 0; tp < 2; ++tp) expect_projection(logical, held[size_t(3 + tp)], tp, "step " + std::to_string(s));
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
+    for (const char* name : {"q", "emb"}) {
+      unsigned long long d2 = 0, d3 = 0;
+      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &d2), sparrowSuccess);
+      ASSERT_EQ(sparrowModelGetDigest(m[3], name, &d3), sparrowSuccess);
+      EXPECT_EQ(d2, d3) << name;
+    }
+    mutate(logical, 300 + uint64_t(s));
+    for (int part = 0; part < 2; ++part) {  // the sources' rows of the new version, in their own memory
+      auto fresh = shard(logical, part);
+      for (size_t i = 0; i < fresh.size(); ++i) held[size_t(part)][i].data = fresh[i].data;
+    }
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepaired) {
+  Comms comms(4);
+  std::vector<Held> logical = trainer(25);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1), trainer(0), tp_worker(1)};
+  std::vector<sparrowModel_t> m(4);
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], {0, 1}), sparrowSuccess);
+  auto step = [&] { return comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }); };
+  auto refill = [&] {
+    mutate(logical, 77);
+    for (int part = 0; part < 2; ++part) {
+      auto fresh = shard(logical, part);
+      for (size_t i = 0; i < fresh.size(); ++i) held[size_t(part)][i].data = fresh[i].data;
+    }
+  };
+  ASSERT_EQ(step(), std::vector<sparrowResult_t>(4, sparrowSuccess));
+  refill();
+  held[3][2].data[1] ^= 1;  // the TP worker wrote into its embedding shard
+  const auto before = held[3];
+  auto rc = step();
+  EXPECT_EQ(rc, (std::vector<sparrowResult_t>{sparrowSuccess, sparrowSuccess, sparrowSuccess, sparrowVersionMismatch}));
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(held[3][i].data, before[i].data) << "nothing written";
+  for (auto& h : held[2]) EXPECT_EQ(h.data, find(logical, h.name).data) << h.name;
+  EXPECT_EQ(version_of(m[3]), 1u);
+  refill();
+  ASSERT_EQ(step(), std::vector<sparrowResult_t>(4, sparrowSuccess));
+  expect_projection(logical, held[3], 1, "after the repair");
+  EXPECT_EQ(version_of(m[3]), 3u);
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+TEST(ModelSync, SourcesThatOverlapOrLeaveAGapFailEveryRankNamingTheRows) {
+  Comms comms(3);
+  std::vector<Held> logical = trainer(23);
+  for (bool overlap : {true, false}) {
+    std::vector<std::vector<Held>> held = {shard(logical, 0, overlap ? 0 : -1), shard(logical, 1, overlap ? -1 : 0),
+                                           tp_worker(0)};
+    std::vector<sparrowModel_t> m(3);
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], {0, 1}), sparrowSuccess);
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); });
+    const char* says = overlap ? "rows [4, 5) of tensor 'q' are held by ranks 0 and 1"
+                               : "rows [4, 5) of tensor 'q' are held by no source";
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(rc[size_t(r)], sparrowInvalidUsage) << "rank " << r;
+      EXPECT_NE(std::string(sparrowGetLastError(comms.c[size_t(r)])).find(says), std::string::npos)
+          << sparrowGetLastError(comms.c[size_t(r)]);
+    }
+    for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+  }
+}
+
 TEST(ModelSync, BadArgumentsAndDeadHandlesAreRefused) {
   Comms comms(1);
   sparrowModel_t m = nullptr;

@@ -297,7 +297,9 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
     if (full) state.advance(Phase::kVerdict);
     if (result.ok()) result = end;
   }
-  const std::vector<int> others = other_ranks(e);
+  std::vector<int> others = other_ranks(e);
+  if (!op.participants.empty())
+    std::erase_if(others, [&](int r) { return !std::binary_search(op.participants.begin(), op.participants.end(), r); });
   if (!elastic) e.acks.post(op.seq, op.key, others);
   if (full && !elastic) {
     // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
