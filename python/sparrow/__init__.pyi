@@ -73,6 +73,7 @@ class WeightSync:
     names: List[str]
     tensors: List[Buffer]
     steps: int
+    sources: List[int]
     def __init__(self, comm: Communicator, named_tensors: Union[Iterable[Tuple[str, Buffer]], Iterable[Buffer]],
                  root: int = ..., layout: Optional[Dict[str, List[Piece]]] = ...,
                  sources: Optional[List[int]] = ...) -> None: ...

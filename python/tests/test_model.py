@@ -313,8 +313,10 @@ def test_layout_and_sources_arguments_are_checked():
         t = torch.zeros(4, dtype=torch.bfloat16)
         with pytest.raises(sparrow.InvalidArgument, match="not among the tensors"):
             sparrow.WeightSync(c, [("a", t)], layout={"b": [sparrow.Piece("a", 0, 0, 4)]})
-        with pytest.raises(sparrow.InvalidArgument, match="sharded sources"):
-            sparrow.WeightSync(c, [("a", t)], sources=[0, 1])
+        with pytest.raises(sparrow.InvalidArgument, match="must be one of them"):
+            sparrow.WeightSync(c, [("a", t)], sources=[1], root=0)
+        with pytest.raises(sparrow.InvalidArgument, match="row range"):
+            sparrow.WeightSync(c, [("a", t)], sources=[0, 1], layout={"a": [sparrow.Piece("x", 0, 0, 2, offset=2)]})
         with pytest.raises(sparrow.InvalidArgument, match="stop"):
             sparrow.Piece("a", 0, 4, 4)
         with pytest.raises(sparrow.InvalidArgument, match="overlap"):
@@ -323,3 +325,47 @@ def test_layout_and_sources_arguments_are_checked():
         return True
 
     assert run_ranks(2, body) == [True, True]
+
+
+def fsdp_shard(trainer, part, parts):
+    """Source `part` of `parts`: dim-0 row ranges of the trainer's bf16 tensors, as views (FSDP-style)."""
+    tensors, layout = [], {}
+    for name, t in trainer.bf16:
+        rows = t.shape[0]
+        start, stop = rows * part // parts, rows * (part + 1) // parts
+        if start == stop:
+            continue
+        local = f"{name}#shard{part}"
+        tensors.append((local, t[start:stop]))
+        layout[local] = [sparrow.Piece(name, 0, start, stop)]
+    return tensors, layout
+
+
+def test_two_fsdp_sources_feed_tp_workers_bit_exact():
+    trainer = Trainer(4)
+    engines = {2: engine_tensors(0, 2), 3: engine_tensors(1, 2)}
+    barrier = threading.Barrier(4, timeout=60)
+
+    def body(c, r):
+        if r < 2:
+            tensors, layout = fsdp_shard(trainer, r, 2)
+        else:
+            tensors, layout = list(engines[r][0].items()), engines[r][1]
+        sync = sparrow.WeightSync(c, tensors, root=0, layout=layout, sources=[0, 1])
+        versions = []
+        for step in range(3):
+            barrier.wait()
+            if r == 0 and step:
+                trainer.train_step()  # the sources' views see the new weights
+            barrier.wait()
+            versions.append(sync.step()["version"])
+            barrier.wait()
+            if r >= 2:
+                for name, t in engines[r][0].items():
+                    assert same_bits(t, reference(trainer, name, r - 2, 2)), f"step {step}: {name} on rank {r}"
+        if r >= 2:
+            with pytest.raises(sparrow.InvalidUsage, match="several sources"):
+                sync.stage()
+        return versions
+
+    assert run_ranks(4, body) == [[1, 2, 3]] * 4
