@@ -58,7 +58,9 @@ def run(a, logical, nsrc):
     def body(r):
         try:
             comm = sparrow.Communicator(n, uid, r)
-            if r < nsrc:
+            if r < nsrc and nsrc == 1:  # one source: the whole tensors, as a single trainer holds them
+                sync = sparrow.WeightSync(comm, model.items(), root=0)
+            elif r < nsrc:
                 tensors, layout = [], {}
                 for name, t in model.items():
                     start, stop = t.shape[0] * r // nsrc, t.shape[0] * (r + 1) // nsrc
@@ -81,6 +83,7 @@ def run(a, logical, nsrc):
                 if r == nsrc and not all(torch.equal(worker[k].view(torch.int16), model[k].view(torch.int16))
                                          for k in model):
                     raise SystemExit(f"step {step}: the worker is not bit-exact")
+                barrier.wait()  # checked before the trainer changes the weights again
             sync.close()
             comm.destroy()
         except BaseException as e:  # noqa: BLE001
