@@ -222,6 +222,14 @@ void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::En
   log_step(e, "sparse_bcast");
 }
 
+// The ranks that receive a fixed communicator's operation: every other rank, or its participants.
+std::vector<int> receivers_of(const Engine& e, const SparseOp& op) {
+  std::vector<int> v = other_ranks(e);
+  if (!op.participants.empty())
+    std::erase_if(v, [&](int r) { return !std::binary_search(op.participants.begin(), op.participants.end(), r); });
+  return v;
+}
+
 }  // namespace
 
 double codec_link_Bps(int64_t mbit, const std::vector<double>& bw_Bps, int self, size_t copies) {
@@ -297,9 +305,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
     if (full) state.advance(Phase::kVerdict);
     if (result.ok()) result = end;
   }
-  std::vector<int> others = other_ranks(e);
-  if (!op.participants.empty())
-    std::erase_if(others, [&](int r) { return !std::binary_search(op.participants.begin(), op.participants.end(), r); });
+  const std::vector<int> others = receivers_of(e, op);
   if (!elastic) e.acks.post(op.seq, op.key, others);
   if (full && !elastic) {
     // First operation on these buffers: wait for everyone, so a mismatched call fails everywhere.
