@@ -14,10 +14,10 @@ import sys
 
 # Lowest first. A layer may include itself and everything before it in this list.
 ORDER = ["core", "format", "kernels", "transport", "bootstrap", "topology", "comm", "collectives", "model", "api"]
-# The public header, for the layers that define its functions (and the shim, which only uses it).
-PUBLIC = {"api", "bootstrap", "nccl_shim"}
-# Folders that are not library layers, with what they may use.
-EXTRA = {"gen": {"core", "format", "kernels", "gen"}, "nccl_shim": {"nccl_shim"}}
+# The public header, for the layers that define its functions.
+PUBLIC = {"api", "bootstrap"}
+# Folders of src/ that are not library layers, with what they may use (none today).
+EXTRA = {}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 
 
