@@ -34,7 +34,7 @@ static void* rank_main(void* arg) {
       g_failed = 1;
       break;
     }
-    sparrowStats st;
+    sparrowStats st = SPARROW_STATS_INITIALIZER;
     sparrowCommGetStats(comm, &st);
     if (rank == 0)
       printf("step %d: %s, %.2f%% changed, %llu bytes dense -> %llu on the wire\n", step, st.full ? "full" : "delta",

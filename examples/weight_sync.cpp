@@ -158,7 +158,7 @@ struct Totals {
 };
 
 void print_step(int s, const Model& m, sparrowComm_t comm, const Bound& b, double t, int wrong, Totals& tot) {
-  sparrowStats st;
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
   sparrowCommGetStats(comm, &st);
   double bound = b.uplink > 0 ? double(st.wireBytes) / b.uplink + b.delay : 0;
   printf("%5d %8.3f%% %10.1f %10.3f %7.0fx %10.1f %10s %9s %7s\n", s, 100 * st.density, m.dense_bytes / 1e6,

@@ -430,7 +430,7 @@ int time_steps(Job& j, Buffers& b, RowOut& r) {
       r.csum += cmax;
     }
     if (j.comm && j.rank == o.root && o.sparse && o.impl != "dense") {
-      sparrowStats st;
+      sparrowStats st = SPARROW_STATS_INITIALIZER;
       sparrowCommGetStats(j.comm, &st);
       r.wire += double(st.wireBytes);
       r.dens += st.density;

@@ -240,8 +240,14 @@ sparrowResult_t sparrowSparseBcastReset(sparrowComm_t comm, const void* buff);
 sparrowResult_t sparrowGroupStart(void);
 sparrowResult_t sparrowGroupEnd(void);
 
-/* What the last collective on this communicator did, as seen by this rank. */
-typedef struct {
+/* What the last collective on this communicator did, as seen by this rank. Versioned like
+ * sparrowConfig_t: start from SPARROW_STATS_INITIALIZER (the size and version the caller was built
+ * with); later versions add fields at the end, and the library writes only the fields the caller's
+ * size holds. */
+#define SPARROW_STATS_VERSION 1
+typedef struct sparrowStats_v1 {
+  size_t size;                         /* sizeof(sparrowStats): filled by SPARROW_STATS_INITIALIZER */
+  unsigned int version;                /* SPARROW_STATS_VERSION: filled by SPARROW_STATS_INITIALIZER */
   unsigned long long ops;              /* collectives completed on this communicator */
   unsigned long long denseBytes;       /* bytes of the buffers of the last operation */
   unsigned long long wireBytes;        /* bytes of its checkpoint (or dense payload) */
@@ -259,6 +265,10 @@ typedef struct {
   unsigned long long catchUps;         /* resyncs by the deltas a rank missed instead of a snapshot, cumulative */
   unsigned long long catchUpBytes;     /* bytes of those catch-ups, cumulative */
 } sparrowStats;
+#define SPARROW_STATS_INITIALIZER \
+  { sizeof(sparrowStats), SPARROW_STATS_VERSION, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0 }
+/* sparrowInvalidArgument when stats was not made from SPARROW_STATS_INITIALIZER (a size or version
+ * the library does not know). */
 sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* stats);
 
 /* One peer's traffic during the last operation on this communicator, as this rank saw it. */

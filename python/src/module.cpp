@@ -151,7 +151,7 @@ class Comm {
   }
   std::string last_error() const { return c_ ? sparrowGetLastError(c_) : sparrowGetLastError(nullptr); }
   py::dict stats() const {
-    sparrowStats s{};
+    sparrowStats s = SPARROW_STATS_INITIALIZER;
     py::dict d;
     if (!c_ || sparrowCommGetStats(c_, &s) != sparrowSuccess) return d;
     d["ops"] = s.ops;

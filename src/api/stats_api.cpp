@@ -17,6 +17,10 @@ extern "C" {
 
 SPARROW_EXPORT sparrowResult_t sparrowCommGetStats(sparrowComm_t comm, sparrowStats* out) {
   if (!comm || !out) return invalid("sparrowCommGetStats: NULL argument");
+  if (out->size < sizeof(sparrowStats) || out->version < 1)
+    return fail(sparrow::InvalidArgument("sparrowCommGetStats: stats was not initialised with SPARROW_STATS_INITIALIZER "
+                                         "(size " + std::to_string(out->size) + ", version " +
+                                         std::to_string(out->version) + ")"));
   Pin pin(comm);
   if (!pin) return fail(dead_handle("sparrowCommGetStats", comm));
   const auto& st = comm->coll->stats;

@@ -10,6 +10,7 @@
 
 #include "core/params.h"
 #include "sparrow/sparrow.h"
+#include "harness/comm_harness.h"
 
 TEST(Api, VersionAndErrorStrings) {
   int v = 0;
@@ -50,7 +51,7 @@ TEST(Api, DestroyedOrAbortedHandlesAreRefused) {
   EXPECT_NE(std::string(sparrowGetLastError(a)).find("destroyed or aborted"), std::string::npos);
   ASSERT_EQ(sparrowCommAbort(b), sparrowSuccess);
   EXPECT_EQ(sparrowBroadcast(buf, buf, 4, sparrowBfloat16, 0, b, nullptr), sparrowInvalidUsage) << "a call after abort";
-  sparrowStats st;
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
   EXPECT_EQ(sparrowCommGetStats(b, &st), sparrowInvalidUsage);
   EXPECT_EQ(sparrowCommAbort(b), sparrowInvalidUsage);
   EXPECT_EQ(sparrowCommDestroy(b), sparrowInvalidUsage);
@@ -112,3 +113,27 @@ TEST(Api, OutOfMemoryIsSystemErrorNotAnAbort) {
   ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st) << " (an abort: the exception escaped)";
   EXPECT_EQ(WEXITSTATUS(st), 0) << "10 + the result code when it was not sparrowSystemError";
 }
+
+namespace sparrow::test {
+namespace {
+
+// sparrowStats is versioned: a struct not made from SPARROW_STATS_INITIALIZER is refused, not written.
+TEST(Api, StatsStructCarriesItsSizeAndVersion) {
+  Comms comms(1);
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
+  EXPECT_EQ(st.size, sizeof(sparrowStats));
+  EXPECT_EQ(st.version, unsigned(SPARROW_STATS_VERSION));
+  EXPECT_EQ(sparrowCommGetStats(comms.c[0], &st), sparrowSuccess);
+  sparrowStats junk;
+  memset(&junk, 0, sizeof junk);
+  junk.ops = 12345;
+  EXPECT_EQ(sparrowCommGetStats(comms.c[0], &junk), sparrowInvalidArgument);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("SPARROW_STATS_INITIALIZER"), std::string::npos);
+  EXPECT_EQ(junk.ops, 12345u) << "nothing written";
+  junk.size = sizeof(sparrowStats) - 8;  // an older, smaller struct than the library knows
+  junk.version = 1;
+  EXPECT_EQ(sparrowCommGetStats(comms.c[0], &junk), sparrowInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sparrow::test

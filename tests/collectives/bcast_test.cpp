@@ -76,7 +76,7 @@ TEST_P(BcastTest, DenseGroupIsOneOperationAndAMismatchFailsEveryRank) {
     for (size_t i = 0; i < counts[k]; ++i) src[k][i] = float(k * 1000 + i);
     for (int r = 0; r < 4; ++r) dst[r * counts.size() + k].assign(counts[k], -1.f);
   }
-  sparrowStats before;
+  sparrowStats before = SPARROW_STATS_INITIALIZER;
   ASSERT_EQ(sparrowCommGetStats(cs.c[root], &before), sparrowSuccess);
   auto group = [&](int bad_rank) {
     return cs.run([&](int r) {
@@ -94,7 +94,7 @@ TEST_P(BcastTest, DenseGroupIsOneOperationAndAMismatchFailsEveryRank) {
     ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
     for (size_t k = 0; k < counts.size(); ++k) EXPECT_EQ(dst[r * counts.size() + k], src[k]) << "rank " << r << " buffer " << k;
   }
-  sparrowStats after;
+  sparrowStats after = SPARROW_STATS_INITIALIZER;
   ASSERT_EQ(sparrowCommGetStats(cs.c[root], &after), sparrowSuccess);
   EXPECT_EQ(after.ops, before.ops + 1) << "the group is one operation";
   size_t total = 0;
@@ -148,7 +148,7 @@ TEST_P(BcastTest, SparseRealisticStepsBitExactFromANonZeroRoot) {
       for (size_t i = 0; i < ts.size(); ++i)
         ASSERT_EQ(memcmp(recv[r][i].data(), src[i], ts[i].bytes()), 0) << "step " << step << " rank " << r << " tensor " << i;
     }
-    sparrowStats st;
+    sparrowStats st = SPARROW_STATS_INITIALIZER;
     ASSERT_EQ(sparrowCommGetStats(cs.c[root], &st), sparrowSuccess);
     EXPECT_EQ(st.ops, uint64_t(step + 1)) << "a group is one operation";
     EXPECT_EQ(st.full, step == 0 ? 1 : 0);
@@ -251,7 +251,7 @@ TEST_P(BcastTest, ReceiverThatModifiedItsBufferIsRefusedThenRepairedAtTheNextCal
     for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
     EXPECT_EQ(dst[1], src);
     EXPECT_EQ(dst[2], src);
-    sparrowStats st;
+    sparrowStats st = SPARROW_STATS_INITIALIZER;
     sparrowCommGetStats(cs.c[2], &st);
     EXPECT_EQ(st.resyncs, ++resyncs);
   }
@@ -311,7 +311,7 @@ TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
   for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
   ASSERT_EQ(dst[2], src);
   ASSERT_EQ(dst[1], src);
-  sparrowStats root, late;
+  sparrowStats root = SPARROW_STATS_INITIALIZER, late = SPARROW_STATS_INITIALIZER;
   sparrowCommGetStats(cs.c[0], &root);
   sparrowCommGetStats(cs.c[2], &late);
   // (The root sent one at each of its calls after the first miss; rank 2 had given up on those.)
@@ -389,7 +389,7 @@ TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
   int in = 1;
   ASSERT_EQ(sparrowCommGetProgress(cs.c[2], &got, &sent, &in), sparrowSuccess);
   EXPECT_EQ(in, 0);
-  sparrowStats st;
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
   sparrowCommGetStats(cs.c[0], &st);
   EXPECT_GE(got, st.wireBytes) << "the receiver got the whole step";
   // The root sent the step to both receivers; each received it from the root.
@@ -402,7 +402,7 @@ TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
     EXPECT_GE(ps[i].bytesSent, st.wireBytes);
     EXPECT_LT(ps[i].bytesSent, st.wireBytes + 4096);
   }
-  sparrowStats rst;
+  sparrowStats rst = SPARROW_STATS_INITIALIZER;
   sparrowCommGetStats(cs.c[1], &rst);
   ASSERT_EQ(sparrowCommGetPeerStats(cs.c[1], ps, 4, &n), sparrowSuccess);
   ASSERT_GE(n, 1);
@@ -534,7 +534,8 @@ TEST_P(BcastTest, StagedStepsLeaveTheBufferUntilCommit) {
       for (size_t k = 0; k < counts.size(); ++k) gen::mutate_exact(src[k].data(), counts[k], 2, 0.01, 50 + step * 7 + k);
     auto before = dst;
     std::vector<int> ready_after_stage(4, -1);
-    std::vector<sparrowStats> staged_stats(4);
+    const sparrowStats fresh = SPARROW_STATS_INITIALIZER;
+    std::vector<sparrowStats> staged_stats(4, fresh);
     auto rc = cs.run([&](int r) {
       sparrowGroupStart();
       for (size_t k = 0; k < counts.size(); ++k)
@@ -565,7 +566,7 @@ TEST_P(BcastTest, StagedStepsLeaveTheBufferUntilCommit) {
         EXPECT_LT(staged_stats[r].stagedBytes * 5, (counts[0] + counts[1] + counts[2]) * 2)
             << "staging memory follows the changes, not the model";
       }
-      sparrowStats after;
+      sparrowStats after = SPARROW_STATS_INITIALIZER;
       sparrowCommGetStats(cs.c[r], &after);
       EXPECT_EQ(after.stagePending, 0);
     }
@@ -725,7 +726,7 @@ TEST_P(BcastTest, ResetMakesTheNextCallDense) {
   for (auto x : go()) ASSERT_EQ(x, sparrowSuccess);
   a[5] = 9;
   for (auto x : go()) ASSERT_EQ(x, sparrowSuccess);
-  sparrowStats st;
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
   sparrowCommGetStats(cs.c[0], &st);
   EXPECT_EQ(st.full, 0);
   ASSERT_EQ(sparrowSparseBcastReset(cs.c[0], a.data()), sparrowSuccess);

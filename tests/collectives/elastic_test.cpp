@@ -256,7 +256,7 @@ int joiner_body(const sparrowUniqueId& id, const Plan& p, int go) {
         return 27;
       }
       // Kept its weights: a catch-up by the deltas since, not a snapshot.
-      sparrowStats st;
+      sparrowStats st = SPARROW_STATS_INITIALIZER;
       if (p.joiner_keeps && (sparrowCommGetStats(comm, &st) != sparrowSuccess || st.catchUps != 1 || st.resyncs != 1)) {
         fprintf(stderr, "joiner: %llu catch-up(s) of %llu resync(s), %lld bytes from the root\n", st.catchUps,
                 st.resyncs, rooted);

@@ -111,7 +111,7 @@ inline void collectives_on_device_buffers(const DeviceMem& m, sparrowStream_t st
     m.download(got.data(), recv[1], got.size());
     ASSERT_EQ(got, cur) << "device receiver, step " << step;
     ASSERT_EQ(host_recv[2], cur) << "host receiver, step " << step;
-    sparrowStats st;
+    sparrowStats st = SPARROW_STATS_INITIALIZER;
     ASSERT_EQ(sparrowCommGetStats(cs.c[0], &st), sparrowSuccess);
     EXPECT_EQ(st.full, step == 0 ? 1 : 0);
     if (step) {
