@@ -11,6 +11,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <future>
 #include <thread>
 #include <unordered_map>
 
@@ -306,7 +307,17 @@ Status TcpBackend::start() {
   ev.events = EPOLLIN;
   ev.data.ptr = &wake_h_;
   if (epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) return SystemError("epoll_ctl (wake-up)", errno);
-  thread_ = std::thread([this] { loop(); });
+  // Returns once the progress thread runs its own code: a thread's start-up (the C library's and a
+  // sanitizer's bookkeeping) is over before the caller goes on, so a process that forks right after
+  // (the "make the id, then fork the workers" pattern) never copies a lock that start-up held.
+  auto running = std::make_shared<std::promise<void>>();  // the thread keeps it alive as long as it needs it
+  std::future<void> ran = running->get_future();
+  thread_ = std::thread([this, running] {
+    running->set_value();
+    loop();
+  });
+  if (ran.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    SPARROW_WARN("TCP transport: the progress thread took over 10 s to start");
   return Status::Ok();
 }
 
