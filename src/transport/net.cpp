@@ -188,14 +188,14 @@ Result<std::vector<uint8_t>> Net::poll(int peer, const MsgKey& k) {
   return box(peer)->recv(k, Clock::now());
 }
 
-Result<Channel*> Net::channel(int peer, Deadline d) {
+Result<Channel*> Net::channel(int peer, Deadline d, bool dial_back) {
   if (peer < 0 || peer >= nranks_ || peer == rank_)
     return InvalidArgument("no channel from rank " + std::to_string(rank_) + " to rank " + std::to_string(peer));
   std::unique_lock<std::mutex> lk(mu_);
   if (!aborted_.ok()) return aborted_;
   if (chans_[peer]) return chans_[peer].get();
   if ((rank_ < peer && !reversed_[size_t(peer)]) || (joiner_ && peer == 0)) return dial_locked(lk, peer, d);
-  return await_locked(lk, peer, d);
+  return await_locked(lk, peer, d, dial_back);
 }
 
 Result<Channel*> Net::dial_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d) {
@@ -240,14 +240,16 @@ Result<Channel*> Net::dial_locked(std::unique_lock<std::mutex>& lk, int peer, De
   return install_locked(peer, std::move(conns));
 }
 
-Result<Channel*> Net::await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d) {
+Result<Channel*> Net::await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d, bool dial_back) {
   auto ready = [&] { return !aborted_.ok() || chans_[peer] || all_streams_accepted_locked(peer); };
-  // A lower rank connects; one that has not within a second may never (it does not take part in
-  // what this rank sends: its call named another root) and this rank, which has something to send
-  // it, dials it instead (a fixed communicator; the lower rank takes those streams as the channel,
-  // on_accept). Refused (it is dialling this rank right now) or failed: its streams are awaited.
-  constexpr auto kDialAfter = std::chrono::seconds(1);
-  if (!elastic_ && !joiner_ && !cv_.wait_until(lk, std::min(d, Clock::now() + kDialAfter), ready) &&
+  // A lower rank connects; one that has not within a few seconds may never (it does not take part
+  // in what this rank sends or awaits: its call named another root) and this rank dials it instead
+  // (a fixed communicator; the lower rank takes those streams as the channel, on_accept). The wait
+  // is long against a connection's set-up on a WAN (a few round trips), so that both ranks dialling
+  // at once (the lower one refuses, and this rank's channel then fails) stays out of the normal
+  // path. Refused or failed: its streams are awaited.
+  constexpr auto kDialAfter = std::chrono::seconds(4);
+  if (dial_back && !elastic_ && !joiner_ && !cv_.wait_until(lk, std::min(d, Clock::now() + kDialAfter), ready) &&
       Clock::now() < d && !connecting_.count(peer) && accepted_[size_t(peer)].empty()) {
     auto dialled = dial_locked(lk, peer, d);
     if (dialled.ok()) return dialled;
@@ -267,12 +269,12 @@ Result<Channel*> Net::install_locked(int peer, std::vector<ConnPtr> conns) {
 }
 
 Status Net::connect(int peer, Deadline d) {
-  auto c = channel(peer, d);
+  auto c = channel(peer, d, true);
   return c.ok() ? Status::Ok() : c.status();
 }
 
 Result<SendRequestPtr> Net::send(int peer, const MsgKey& k, Payload p, Deadline d, size_t max_streams) {
-  SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d));
+  SPARROW_ASSIGN_OR_RETURN(Channel * ch, channel(peer, d, true));
   Status f = box(peer)->failure();
   if (!f.ok()) return f;
   {

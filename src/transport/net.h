@@ -98,11 +98,11 @@ class Net {
  private:
   Net() = default;
   FrameSink* on_accept(const ConnPtr& c);
-  Result<Channel*> channel(int peer, Deadline d);
+  Result<Channel*> channel(int peer, Deadline d, bool dial_back);
   // channel(): this rank connects the streams (a lower rank, or a joiner to rank 0) ...
   Result<Channel*> dial_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d);
   // ... or waits for the peer's (dialling it itself past a grace, in a fixed communicator).
-  Result<Channel*> await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d);
+  Result<Channel*> await_locked(std::unique_lock<std::mutex>& lk, int peer, Deadline d, bool dial_back);
   Result<Channel*> install_locked(int peer, std::vector<ConnPtr> conns);
   std::string desc(int peer) const;
   // The peer's current mailbox (a revived slot gets a new one; the old ones stay alive, failed, for
