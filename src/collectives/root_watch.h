@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Ranks that name different roots for one operation (a caller's mistake) build different trees, and
 // each would wait for a parent that never sends, until its timeout. These waits watch for the signs
-// of it instead, so that every rank fails within about a second with kInvalidUsage naming the ranks
+// of it instead, so that every rank fails within seconds with kInvalidUsage naming the ranks
 // and the roots they named:
 //   - a receiver waiting for its header looks at the other peers (every kLookEvery) for a header of
 //     the same operation (a rank that named another root sent it one) and for claims (a rank that
