@@ -37,13 +37,19 @@ struct Held {
   }
 };
 
-sparrowResult_t make_model(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, int root) {
+// `held` as the C API takes it (pointing into it: valid while it is not resized).
+std::vector<sparrowTensor_t> tensors_of(std::vector<Held>& held) {
   std::vector<sparrowTensor_t> ts;
   for (auto& h : held) {
     for (size_t i = 0; i < h.pieces.size(); ++i) h.pieces[i].logical = h.logical[i].c_str();
     ts.push_back({h.name.c_str(), h.data.data(), sparrowBfloat16, int(h.shape.size()), h.shape.data(),
                   h.pieces.empty() ? nullptr : h.pieces.data(), int(h.pieces.size())});
   }
+  return ts;
+}
+
+sparrowResult_t make_model(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, int root) {
+  auto ts = tensors_of(held);
   return sparrowModelCreate(m, c, ts.data(), int(ts.size()), root);
 }
 
@@ -321,13 +327,16 @@ std::vector<Held> shard(const std::vector<Held>& logical, int part, int shift = 
   return out;
 }
 
-sparrowResult_t make_sharded(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, const std::vector<int>& src) {
-  std::vector<sparrowTensor_t> ts;
-  for (auto& h : held) {
-    for (size_t i = 0; i < h.pieces.size(); ++i) h.pieces[i].logical = h.logical[i].c_str();
-    ts.push_back({h.name.c_str(), h.data.data(), sparrowBfloat16, int(h.shape.size()), h.shape.data(),
-                  h.pieces.empty() ? nullptr : h.pieces.data(), int(h.pieces.size())});
+// The two sources' rows of a new version of `logical`, copied into the memory their models point to.
+void refill_sources(const std::vector<Held>& logical, std::vector<std::vector<Held>>& held) {
+  for (int part = 0; part < 2; ++part) {
+    auto fresh = shard(logical, part);
+    for (size_t i = 0; i < fresh.size(); ++i) held[size_t(part)][i].data = fresh[i].data;
   }
+}
+
+sparrowResult_t make_sharded(sparrowModel_t* m, sparrowComm_t c, std::vector<Held>& held, const std::vector<int>& src) {
+  auto ts = tensors_of(held);
   return sparrowModelCreateSharded(m, c, ts.data(), int(ts.size()), 0, src.data(), int(src.size()));
 }
 
@@ -354,10 +363,7 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
       EXPECT_EQ(d2, d3) << name;
     }
     mutate(logical, 300 + uint64_t(s));
-    for (int part = 0; part < 2; ++part) {  // the sources' rows of the new version, in their own memory
-      auto fresh = shard(logical, part);
-      for (size_t i = 0; i < fresh.size(); ++i) held[size_t(part)][i].data = fresh[i].data;
-    }
+    refill_sources(logical, held);
   }
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
@@ -371,10 +377,7 @@ TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepai
   auto step = [&] { return comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }); };
   auto refill = [&] {
     mutate(logical, 77);
-    for (int part = 0; part < 2; ++part) {
-      auto fresh = shard(logical, part);
-      for (size_t i = 0; i < fresh.size(); ++i) held[size_t(part)][i].data = fresh[i].data;
-    }
+    refill_sources(logical, held);
   };
   ASSERT_EQ(step(), std::vector<sparrowResult_t>(4, sparrowSuccess));
   refill();
