@@ -23,7 +23,7 @@ if [ "${1:-}" = "--inside" ]; then
   launch_s=${WANEMU_MPI_LAUNCH_S:-60}
   case $launch_s in '' | *[!0-9]*) echo "wanemu-mpirun: WANEMU_MPI_LAUNCH_S=$launch_s is not a number of seconds" >&2; exit 2 ;; esac
   for try in 1 2; do
-    mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" --host "$hosts" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$WANEMU_NRANKS" --host "$hosts" \
       --mca plm_rsh_agent "${WANEMU_RSH_AGENT:-$wanemu rsh}" --mca plm_rsh_no_tree_spawn 1 \
       --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
       -x WANEMU_SCENARIO -x WANEMU_CONTROL -x WANEMU_BIN "${forward[@]}" "$@" &
@@ -50,7 +50,7 @@ fi
 if [ "${1:-}" = "--inside-proxy" ]; then
   # The unprivileged fallback: every rank on loopback, each one a host through `wanemu enter`.
   shift
-  exec mpirun --allow-run-as-root --oversubscribe -np "$WANEMU_NRANKS" \
+  exec mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$WANEMU_NRANKS" \
     --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
     -x WANEMU_SCENARIO "${forward[@]}" "$wanemu" enter -- "$@"
 fi
