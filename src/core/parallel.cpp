@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -12,12 +14,18 @@
 
 namespace sparrow {
 namespace {
-params::IntParam kThreads("THREADS", 0, "CPU threads for extraction, encoding and apply (0: all cores).", 0, 1024);
+params::IntParam kThreads("THREADS", 0,
+                          "CPU threads for extraction, encoding and apply (0: the cores this process may run on).", 0,
+                          1024);
 }
 
 int kernel_threads() {
   int64_t t = kThreads.get();
   if (t > 0) return static_cast<int>(t);
+  // The calling thread's CPU set, not the machine's: a rank that mpirun bound to one core (its default
+  // for two ranks on a node) would otherwise run a worker per core of the machine on that one core.
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   unsigned hc = std::thread::hardware_concurrency();
   return hc ? static_cast<int>(hc) : 1;
 }

@@ -7,7 +7,8 @@
 
 namespace sparrow {
 
-// Threads used by CPU kernels: SPARROW_THREADS, or the hardware concurrency when 0 (the default).
+// Threads used by CPU kernels: SPARROW_THREADS, or when 0 (the default) the CPUs the calling thread
+// may run on (its affinity mask: what mpirun's --bind-to, taskset or a cgroup's cpuset left it).
 int kernel_threads();
 
 // Calls fn(i, worker) for every i in [0, n) on up to `threads` threads (the caller's thread is one of
