@@ -8,6 +8,8 @@
 
 #include "api/handle.h"
 #include "collectives/bcast.h"
+#include "format/index_codec.h"
+#include "format/value_codec.h"
 
 #define SPARROW_EXPORT __attribute__((visibility("default")))
 
@@ -80,6 +82,20 @@ std::string json_num(double x) {
   return b;
 }
 
+// "codecs": the root's codec choice (see Stats::codec_link_Bps); null on a receiver.
+std::string codecs_json(const sparrow::coll::Stats& st) {
+  if (st.codec_link_Bps < 0) return "\"codecs\":null";
+  std::string j = "\"codecs\":{\"link_Bps\":" + json_num(st.codec_link_Bps) + ",\"index\":{";
+  for (int i = 0; i < sparrow::format::kNumIndexCodecs; ++i)
+    j += std::string(i ? "," : "") + "\"" + sparrow::format::index_codec_name(sparrow::format::IndexCodec(i)) +
+         "\":" + std::to_string(st.index_codecs[i]);
+  j += "},\"values\":{";
+  for (int i = 0; i < sparrow::format::kNumValueCodecs; ++i)
+    j += std::string(i ? "," : "") + "\"" + sparrow::format::value_codec_name(sparrow::format::ValueCodec(i)) +
+         "\":" + std::to_string(st.value_codecs[i]);
+  return j + "}}";
+}
+
 std::string stats_json(sparrow::coll::Engine& e) {
   const auto& st = e.stats;
   auto n = [](unsigned long long v) { return std::to_string(v); };
@@ -94,7 +110,8 @@ std::string stats_json(sparrow::coll::Engine& e) {
                   ",\"commit\":" + json_num(st.commit_s) + ",\"total\":" + json_num(st.total_s) + "},\"parent\":" +
                   (st.parent < 0 ? std::string("null") : std::to_string(st.parent)) + ",\"children\":[";
   for (size_t i = 0; i < st.children.size(); ++i) j += (i ? "," : "") + std::to_string(st.children[i]);
-  j += std::string("],\"elastic\":") + (e.comm.elastic() ? "true" : "false") + ",\"members\":[";
+  j += "]," + codecs_json(st);
+  j += std::string(",\"elastic\":") + (e.comm.elastic() ? "true" : "false") + ",\"members\":[";
   const std::vector<int> live = e.members.live();
   for (size_t i = 0; i < live.size(); ++i) j += (i ? "," : "") + std::to_string(live[i]);
   j += "],\"dropped\":" + n(e.members.drops()) + ",\"peers\":[";

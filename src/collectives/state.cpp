@@ -121,6 +121,9 @@ void record_traffic(Engine& e, int parent, const std::vector<int>& children) {
   st.peers.resize(size_t(n));
   for (int r = 0; r < n; ++r) st.peers[r] = r == e.rank() ? transport::Net::PeerTraffic{} : e.comm.net().traffic(r);
   st.extract_s = st.first_byte_s = st.last_byte_s = st.verify_s = st.decode_s = st.commit_s = -1;
+  st.codec_link_Bps = -1;
+  std::fill(std::begin(st.index_codecs), std::end(st.index_codecs), 0);
+  std::fill(std::begin(st.value_codecs), std::end(st.value_codecs), 0);
   if (parent >= 0) {
     st.first_byte_s = st.peers[parent].first_s;
     st.last_byte_s = st.peers[parent].last_s;

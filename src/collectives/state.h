@@ -58,6 +58,10 @@ struct Stats {
   std::vector<transport::Net::PeerTraffic> peers;  // [rank]: this operation's traffic, at its end
   int parent = -1;            // this rank's parent in the operation's tree (-1: the root)
   std::vector<int> children;  // and its children
+  // The root's codec choice: the link rate the value codecs were chosen for (bytes/s; 0: by bytes
+  // alone; -1: not the root) and how many chunks took each index and value codec.
+  double codec_link_Bps = -1;
+  uint64_t index_codecs[format::kNumIndexCodecs] = {}, value_codecs[format::kNumValueCodecs] = {};
   bool is_root() const { return parent < 0; }
 };
 

@@ -1,7 +1,7 @@
 #include "format/codec_choice.h"
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -38,8 +38,12 @@ std::vector<ValueCodec> zstd_candidates(bool with_old, const ValueChoiceOptions&
   return v;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// This thread's CPU seconds: unlike the wall clock, not inflated when another process preempts the
+// measurement (two ranks and an emulator sharing a core made the choice flip between runs).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
 // The candidate that packs the first `n` values smallest, or with link_Bps the one whose bytes on the
@@ -48,7 +52,8 @@ Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const ui
                                   size_t n, uint32_t elem_size, const ValueChoiceOptions& opt, CodecScratch& s) {
   const bool timed = opt.link_Bps > 0;
   auto cost = [&](ValueCodec c, size_t bytes) {
-    return timed ? double(bytes) / opt.link_Bps + double(n) * value_codec_cpu_s(c, elem_size) : double(bytes);
+    return timed ? double(bytes) / opt.link_Bps + double(n) * value_codec_cpu_s(c, elem_size) / std::max(1, opt.threads)
+                 : double(bytes);
   };
   // Raw values are the candidate to beat: a sample no codec packs (random values) skips the whole
   // chunk's compression, which would only find the same.
@@ -69,7 +74,7 @@ Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const ui
 
 // CPU seconds per value to encode and decode with codec c, elements of `es` bytes: measured once per
 // process on 65,536 values moved by a unit in the last place (an RL step's kind of change), best of
-// three. Timing each chunk's small sample instead would charge the codec its fixed cost per call,
+// three, in this thread's CPU time (a busy machine does not make a codec look dearer). Timing each chunk's small sample instead would charge the codec its fixed cost per call,
 // which a whole chunk spreads over many more values.
 double value_codec_cpu_s(ValueCodec c, uint32_t es) {
   static std::once_flag once[4];
@@ -90,10 +95,10 @@ double value_codec_cpu_s(ValueCodec c, uint32_t es) {
       double best = 1e9;
       for (int rep = 0; rep < 3; ++rep) {
         enc.clear();
-        const auto t0 = std::chrono::steady_clock::now();
+        const double t0 = thread_cpu_s();
         bool ok = encode_values(ValueCodec(k), oldv.data(), newv.data(), n, es, 1, zs, enc).ok() &&
                   decode_values(ValueCodec(k), enc, oldv.data(), n, es, zs, back.data()).ok();
-        if (ok) best = std::min(best, seconds_since(t0));
+        if (ok) best = std::min(best, thread_cpu_s() - t0);
       }
       cost[e][k] = best / double(n);
     }

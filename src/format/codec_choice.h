@@ -37,6 +37,9 @@ struct ValueChoiceOptions {
   // cost per value, measured once per process), raw values included. A codec that saves a few bytes but costs more CPU
   // than they take to send loses (on a fast link, raw values usually win).
   double link_Bps = 0;
+  // Chunks encoded at once (the encoder's worker threads; the receiver decodes as many in parallel):
+  // a chunk's CPU time holds the step back by 1/threads of itself, its bytes by all of theirs.
+  int threads = 1;
 };
 // CPU seconds per value to encode and then decode with codec `c` (elements of `elem_size` bytes),
 // measured once per process on 65,536 one-ulp changes: the CPU side of the choice by time.

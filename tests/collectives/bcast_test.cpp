@@ -360,6 +360,17 @@ TEST_P(BcastTest, ReceiverThatFellBehindCatchesUpByTheDeltasItMissed) {
   EXPECT_EQ(late.resyncs, 3u);
 }
 
+// The chunks a root's stats JSON counts in its "codecs" group `what` ("index" or "values").
+uint64_t codec_chunks(const std::string& j, const std::string& what) {
+  size_t at = j.find("\"" + what + "\":{");
+  if (at == std::string::npos) return 0;
+  const size_t end = j.find('}', at);
+  uint64_t sum = 0;
+  for (size_t c = j.find(':', at + what.size() + 3); c != std::string::npos && c < end; c = j.find(':', c + 1))
+    sum += std::stoull(j.substr(c + 1));
+  return sum;
+}
+
 // What a rank can see of a step: per peer, its bytes and first/last byte; while a call runs, its
 // progress from another thread; afterwards the stage-by-stage timing as JSON.
 TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
@@ -437,6 +448,11 @@ TEST_P(BcastTest, PeerStatsProgressAndStageTimesDescribeTheLastStep) {
   EXPECT_NE(j.find("\"parent\":0,\"children\":[]"), std::string::npos) << j;
   EXPECT_EQ(rj.find("\"extract\":null"), std::string::npos) << rj;
   EXPECT_NE(rj.find("\"first_byte\":null"), std::string::npos) << rj;
+  // The root says which codecs its chunks took and for what link rate; a receiver chose none.
+  EXPECT_NE(j.find("\"codecs\":null"), std::string::npos) << j;
+  EXPECT_NE(rj.find("\"codecs\":{\"link_Bps\":"), std::string::npos) << rj;
+  EXPECT_GT(codec_chunks(rj, "index"), 0u) << rj;
+  EXPECT_EQ(codec_chunks(rj, "index"), codec_chunks(rj, "values")) << "every chunk has one of each: " << rj;
 }
 
 // Realistic steps of a group (a model's tensors): receivers scribble on elements the step changes,

@@ -206,10 +206,13 @@ void retain(RootState& rs, const Frames& frames, const std::vector<const void*>&
 }
 
 void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::EncodeStats& es, bool full,
-                 double encode_s, double t0) {
+                 double encode_s, double link_Bps, double t0) {
   record_traffic(e, -1, kids);
   auto& st = e.stats;
   st.extract_s = es.extract_seconds;
+  st.codec_link_Bps = link_Bps;
+  std::copy(std::begin(es.index_codec_chunks), std::end(es.index_codec_chunks), st.index_codecs);
+  std::copy(std::begin(es.value_codec_chunks), std::end(es.value_codec_chunks), st.value_codecs);
   st.ops++;
   st.dense_bytes = es.dense_bytes;
   st.wire_bytes = es.wire_bytes;
@@ -277,8 +280,9 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   Frames frames;
   Parts parts;  // an elastic operation's, for re-attaching ranks
   const bool keep = rs.retained.enabled() && !full;
-  SPARROW_RETURN_IF_ERROR(stream_checkpoint(w, rs, src, out,
-                                            codec_link_Bps(kCodecLink.get(), e.comm.probe().bw_Bps, e.rank(), out.children().size()), &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
+  const double link_Bps = codec_link_Bps(kCodecLink.get(), e.comm.probe().bw_Bps, e.rank(), out.children().size());
+  SPARROW_RETURN_IF_ERROR(
+      stream_checkpoint(w, rs, src, out, link_Bps, &es, keep ? &frames : nullptr, elastic ? &parts : nullptr));
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);
@@ -317,7 +321,7 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
     if (result.ok()) result = agree;
   }
   state.advance(Phase::kDone);
-  record_root(e, kids, es, full, encode_s, t0);
+  record_root(e, kids, es, full, encode_s, link_Bps, t0);
   return result;
 }
 

@@ -372,7 +372,7 @@ Status DeltaEncoder::Pass::sparse_or_dense(Chunk& c, size_t k, double t1) {
     ic = IndexCodec::kDense;
     vc = c.h.value_codec;
   } else {
-    const format::ValueChoiceOptions vo{opt.paper_format, opt.try_xor, opt.zstd_level, opt.value_sample, opt.link_Bps};
+    const format::ValueChoiceOptions vo{opt.paper_format, opt.try_xor, opt.zstd_level, opt.value_sample, opt.link_Bps, threads};
     SPARROW_ASSIGN_OR_RETURN(vc, format::choose_values(c.oldv, c.newv, k, es, true, vo, s.codec, s.best));
     if (ix.bytes + s.best.size() >= raw) {
       SPARROW_RETURN_IF_ERROR(dense_chunk(c, false));
