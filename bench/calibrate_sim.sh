@@ -2,8 +2,9 @@
 # Calibrates the schedule simulator against the emulator:
 #   bench/calibrate_sim.sh OUTDIR [SIZE ...]
 # Runs sparse_bcast (sparrow and the SparrowRL-format ablation, 3 steps each, 1% random changes) for
-# every SIZE (default: 64M 256M 1G) on three networks: us_canada.toml (2 ranks), four_regions.toml
-# with one host per region (4 ranks) and four_regions.toml itself (8 ranks); the rows go to
+# every SIZE (default: 64M 256M 1G) on five networks: us_canada.toml, eu_us_1g.toml and
+# transpacific_200m.toml (2 ranks each), four_regions.toml with one host per region (4 ranks) and
+# four_regions.toml itself (8 ranks); the rows go to
 # OUTDIR/rows.jsonl, and bench/calibrate_sim.py compares each with sparrow-sim's prediction
 # (OUTDIR/calibration.json, and the table on stdout). Needs root (the emulator's namespaces).
 set -uo pipefail
@@ -35,7 +36,8 @@ done
 sed 's/^count = 2$/count = 1/' bench/scenarios/four_regions.toml >"$out/four_regions_1.toml"
 export SPARROW_TCP_CONGESTION=${SPARROW_TCP_CONGESTION:-bbr}
 failed=0
-for sc in bench/scenarios/us_canada.toml "$out/four_regions_1.toml" bench/scenarios/four_regions.toml; do
+for sc in bench/scenarios/us_canada.toml bench/scenarios/eu_us_1g.toml bench/scenarios/transpacific_200m.toml \
+    "$out/four_regions_1.toml" bench/scenarios/four_regions.toml; do
   for s in "${sizes[@]}"; do
     for impl in sparrow paper; do
       echo "# $(date +%T) $impl $s on $sc" >&2
