@@ -7,10 +7,19 @@ changes --density of the trainer's elements. The same run measures the workers h
 logical tensors (layout none) and the workers holding a vLLM-style tensor-parallel layout
 (fused qkv / gate_up, row-parallel o / down, padded vocabulary shards). Prints per step the
 trainer's and the slowest worker's seconds and the step's wire bytes.
+
+With --scenario SCEN.toml (root: the emulator's namespaces) the trainer and the workers are
+processes on an emulated WAN instead: the scenario's first host is the trainer, the next --tp hosts
+the workers (build/bin/wanemu runs this script once per host; the communicator comes from
+sparrow.Communicator.from_env). Between steps every rank meets in a one-element broadcast from the
+trainer, and each times its step from there.
 """
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -35,7 +44,13 @@ def parse():
     p.add_argument("--tp", type=int, default=2, help="workers (one tensor-parallel group)")
     p.add_argument("--steps", type=int, default=3, help="sparse steps after the first (full) one")
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--scenario", help="run the ranks as processes on this emulated network (wanemu)")
+    p.add_argument("--wanemu", default=os.path.join(HERE, "..", "build", "bin", "wanemu"))
+    p.add_argument("--as-host", choices=("none", "tp"), help=argparse.SUPPRESS)  # one emulated rank
+    p.add_argument("--out-dir", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.scenario and not os.path.isfile(a.scenario):
+        p.error(f"--scenario {a.scenario}: no such file")
     for k in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers", "tp", "steps"):
         if getattr(a, k) <= 0:
             p.error(f"--{k.replace('_', '-')} must be positive")
@@ -44,17 +59,20 @@ def parse():
     return a
 
 
-def run(a, cfg, tensored):
+def model(a, cfg, tensored, r):
+    """Rank r's tensors (the trainer's for r == 0) and layout, the same on every run."""
     logical = layouts.logical_shapes(**cfg)
-    g = torch.Generator().manual_seed(0)
-    trainer = {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in logical.items()}
-    workers = []
-    for r in range(a.tp):
-        if tensored:
-            shapes, layout = layouts.decoder(**cfg, tp_rank=r, tp_size=a.tp)
-        else:
-            shapes, layout = logical, {}
-        workers.append(({n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}, layout))
+    if r == 0:
+        g = torch.Generator().manual_seed(0)
+        return {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in logical.items()}, {}
+    shapes, layout = layouts.decoder(**cfg, tp_rank=r - 1, tp_size=a.tp) if tensored else (logical, {})
+    return {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}, layout
+
+
+def run(a, cfg, tensored):
+    trainer, _ = model(a, cfg, tensored, 0)
+    workers = [model(a, cfg, tensored, r) for r in range(1, a.tp + 1)]
+    g = torch.Generator().manual_seed(1)
     uid = sparrow.get_unique_id()
     n = a.tp + 1
     rows = [[None] * n for _ in range(a.steps + 1)]
@@ -93,16 +111,60 @@ def run(a, cfg, tensored):
     return rows
 
 
+def emulated_host(a, cfg):
+    """One rank of an emulated run: its steps' seconds and wire bytes, to OUT_DIR/rank.json."""
+    r, n = int(os.environ["WANEMU_RANK"]), int(os.environ["WANEMU_NRANKS"])
+    if n != a.tp + 1:
+        raise SystemExit(f"the scenario has {n} hosts; --tp {a.tp} needs {a.tp + 1}")
+    os.environ.update(RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR=os.environ["WANEMU_ADDRS"].split(",")[0])
+    os.environ.setdefault("SPARROW_MASTER_PORT", "29533")
+    tensors, layout = model(a, cfg, a.as_host == "tp", r)
+    comm = sparrow.Communicator.from_env()
+    sync = sparrow.WeightSync(comm, tensors.items(), root=0, layout=layout or None)
+    g = torch.Generator().manual_seed(1)
+    token = torch.zeros(1, dtype=torch.int32)
+    rows = []
+    for step in range(a.steps + 1):
+        if r == 0 and step:
+            for t in tensors.values():
+                flat = t.view(-1).view(torch.int16)
+                flat[torch.randint(0, flat.numel(), (max(1, int(flat.numel() * a.density)),), generator=g)] += 1
+        comm.broadcast(token, root=0)
+        t0 = time.perf_counter()
+        info = sync.step()
+        rows.append((time.perf_counter() - t0, info["wire_bytes"]))
+    sync.close()
+    comm.destroy()
+    with open(os.path.join(a.out_dir, f"{r}.json"), "w") as f:
+        json.dump(rows, f)
+
+
+def run_emulated(a, tensored):
+    """Every rank's rows of one emulated run, as run() returns them."""
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [a.wanemu, "run", a.scenario, "--", sys.executable, os.path.abspath(__file__),
+               "--as-host", "tp" if tensored else "none", "--out-dir", d]
+        for k in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers", "tp", "steps", "density"):
+            cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
+        env = {k: v for k, v in os.environ.items() if k != "SPARROW_SOCKET_IFNAME"}  # wanemu names each host's
+        if subprocess.run(cmd, env=env).returncode != 0:
+            raise SystemExit(f"the emulated run failed: {' '.join(cmd)}")
+        ranks = [json.load(open(os.path.join(d, f"{r}.json"))) for r in range(a.tp + 1)]
+    return [[ranks[r][step] for r in range(a.tp + 1)] for step in range(a.steps + 1)]
+
+
 def main():
     a = parse()
     cfg = dict(hidden_size=a.hidden, num_heads=a.heads, num_kv_heads=a.kv_heads, intermediate_size=a.intermediate,
                vocab_size=a.vocab, num_layers=a.layers)
+    if a.as_host:
+        return emulated_host(a, cfg)
     dense = sum(2 * x for s in layouts.logical_shapes(**cfg).values() for x in [torch.Size(s).numel()])
     print(f"model: {dense / 1e9:.2f} GB bf16 logical, {a.tp} workers, density {a.density}, "
-          f"{os.cpu_count()} CPUs")
+          f"{os.cpu_count()} CPUs" + (f", emulated network {a.scenario}" if a.scenario else ", threads on loopback"))
     print(f"{'layout':>8} {'step':>4} {'trainer_s':>9} {'worker_s':>9} {'wire_MB':>8}")
     for tensored in (False, True):
-        for step, row in enumerate(run(a, cfg, tensored)):
+        for step, row in enumerate(run_emulated(a, tensored) if a.scenario else run(a, cfg, tensored)):
             worst = max(x[0] for x in row[1:])
             print(f"{'tp' + str(a.tp) if tensored else 'none':>8} {step:>4} {row[0][0]:>9.3f} {worst:>9.3f} "
                   f"{row[0][1] / 1e6:>8.2f}", flush=True)
