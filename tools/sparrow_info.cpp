@@ -1,4 +1,8 @@
 // sparrow-info: what this build of sparrow is and how it is configured.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,22 +11,28 @@
 
 #include "core/args.h"
 #include "api/api_internal.h"
+#include "core/parallel.h"
 #include "core/params.h"
 #include "core/strings.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
 #include "topology/algorithms/registry.h"
+#include "topology/host.h"
 #include "topology/tree.h"
+#include "transport/socket.h"
 #include "transport/transport.h"
 
 using namespace sparrow;
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: sparrow-info [-c|--config] [-v|--version] [-t|--transports] [--probe [N]] [-h|--help]\n"
+          "usage: sparrow-info [-c|--config] [-v|--version] [-t|--transports] [--topo [--json]] [--probe [N]] [-h|--help]\n"
           "  -c, --config      every SPARROW_* parameter with its value and where it came from\n"
           "  -v, --version     library version and CPU kernels in use\n"
           "  -t, --transports  transport backends by priority, and the one SPARROW_TRANSPORT selects\n"
+          "  --topo [--json]   the host's packages, NUMA nodes, NICs and this process's CPUs as hwloc sees\n"
+          "                    them (SPARROW_TOPO_FILE: an hwloc XML instead), and what sparrow uses: the\n"
+          "                    address it listens on, that interface's NUMA node, its worker threads\n"
           "  --probe [N]       start N ranks (default 4) in this process on this host and print the\n"
           "                    RTT/bandwidth table measured at communicator creation (SPARROW_PROBE_MS)\n"
           "  --probe N: 2..64; --tree N: 1..4096 ranks\n"
@@ -134,11 +144,56 @@ void print_wrapped(const std::string& text, const char* indent, size_t width) {
   if (!line.empty()) printf("%s%s\n", indent, line.c_str());
 }
 
+// The interface that holds `addr` (an IPv4 address sparrow listens on), empty when none does.
+static std::string interface_of(const std::string& addr) {
+  std::string name;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return name;
+  for (ifaddrs* i = ifs; i && name.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char b[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, b, sizeof b);
+    if (addr == b) name = i->ifa_name;
+  }
+  freeifaddrs(ifs);
+  return name;
+}
+
+static int print_topology(bool json) {
+  auto t = topo::discover();
+  if (!t.ok()) {
+    fprintf(stderr, "sparrow-info: %s\n", t.status().message().c_str());
+    return 1;
+  }
+  auto host = transport::net::local_host();
+  const std::string addr = host.ok() ? host.value() : "", ifname = interface_of(addr);
+  int numa = -1;
+  for (const auto& n : t.value().nics)
+    if (n.name == ifname) numa = n.numa;
+  if (json) {
+    printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d}\n",
+           topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, kernel_threads());
+    return 0;
+  }
+  printf("%s", topo::describe(t.value()).c_str());
+  if (!host.ok()) printf("sparrow cannot pick an address: %s\n", host.status().message().c_str());
+  else
+    printf("sparrow listens on %s (interface %s%s), from SPARROW_SOCKET_ADDR, else SPARROW_SOCKET_IFNAME, else the first "
+           "non-loopback interface\n", addr.c_str(), ifname.empty() ? "?" : ifname.c_str(),
+           numa >= 0 ? (", NUMA node " + std::to_string(numa)).c_str() : "");
+  printf("worker threads: %d (SPARROW_THREADS, else the CPUs this process may run on)\n", kernel_threads());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   sparrow::args::exit_on_out_of_memory(argv[0]);
   bool config = false, version = argc == 1;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--tree")) return tree(argc, argv, i);
+    if (!strcmp(argv[i], "--topo")) {
+      if (i + 2 < argc || (i + 1 < argc && strcmp(argv[i + 1], "--json"))) args::unknown(P, argv[i + 1]);
+      return print_topology(i + 1 < argc);
+    }
     if (!strcmp(argv[i], "--probe")) {
       int n = value_at(argc, argv, i + 1) ? int(args::integer(P, "--probe", argv[++i], 2, 64)) : 4;
       return probe(n);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The core library without its optional dependencies, built as a subproject (add_subdirectory) of
-# tests/install/subproject: configure with UCX, MPI and OpenSSL off (and tests, benchmarks, Python and
+# tests/install/subproject: configure with UCX, MPI, OpenSSL and hwloc off (and tests, benchmarks, Python and
 # CUDA off by default there), build libsparrow and a program linked to sparrow::sparrow, check the
 # library links none of them, then build examples/hello.c against it as a user would
 # (cc ... -lsparrow -Wl,-rpath) and run both: four ranks over TCP, authenticated with the built-in HMAC.
@@ -11,7 +11,7 @@ work=$2
 rm -rf "$work"
 mkdir -p "$work"
 cmake -S "$src/tests/install/subproject" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSPARROW_SOURCE_DIR="$src" -DSPARROW_WITH_UCX=OFF -DSPARROW_WITH_MPI=OFF -DSPARROW_WITH_OPENSSL=OFF \
+  -DSPARROW_SOURCE_DIR="$src" -DSPARROW_WITH_UCX=OFF -DSPARROW_WITH_MPI=OFF -DSPARROW_WITH_OPENSSL=OFF -DSPARROW_WITH_HWLOC=OFF \
   > "$work/configure.log"
 grep -A12 "configuration (" "$work/configure.log"
 cmake --build "$work/build" -j"$(nproc)" --target hello > "$work/build.log"
@@ -19,7 +19,7 @@ lib=$work/build/sparrow/lib/libsparrow.so.0
 needed=$(readelf -d "$lib" | grep NEEDED || true)
 echo "$needed"
 fail=0
-for dep in libucp libucs libcrypto libmpi; do
+for dep in libucp libucs libcrypto libmpi libhwloc; do
   if grep -q "$dep" <<<"$needed"; then
     echo "FAIL: libsparrow needs $dep in a build without it"
     fail=1

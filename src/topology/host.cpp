@@ -1,0 +1,203 @@
+#include "topology/host.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+
+#include "core/params.h"
+
+#if SPARROW_HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+namespace sparrow::topo {
+namespace {
+
+params::StringParam kTopoFile("TOPO_FILE", "",
+                              "An hwloc XML export to read the host's topology from instead of the machine (clouds and "
+                              "containers whose sysfs says little; tests).");
+
+std::vector<int> affinity_mask() {
+  std::vector<int> v;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return v;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) v.push_back(c);
+  return v;
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o + "\"";
+}
+
+std::string json_ints(const std::vector<int>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) o += ',';
+    o += std::to_string(v[i]);
+  }
+  return o + "]";
+}
+
+#if SPARROW_HAVE_HWLOC
+struct TopoDeleter {
+  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+};
+using TopoPtr = std::unique_ptr<hwloc_topology, TopoDeleter>;
+
+std::vector<int> cpus_of(hwloc_const_cpuset_t set) {
+  std::vector<int> v;
+  if (!set) return v;
+  for (int i = hwloc_bitmap_first(set); i >= 0; i = hwloc_bitmap_next(set, i)) v.push_back(i);
+  return v;
+}
+
+std::string pci_of(hwloc_obj_t o) {
+  for (; o; o = o->parent) {
+    if (o->type != HWLOC_OBJ_PCI_DEVICE) continue;
+    char b[32];
+    snprintf(b, sizeof b, "%04x:%02x:%02x.%01x", unsigned(o->attr->pcidev.domain), unsigned(o->attr->pcidev.bus),
+             unsigned(o->attr->pcidev.dev), unsigned(o->attr->pcidev.func));
+    return b;
+  }
+  return "";
+}
+
+Result<TopoPtr> load(const std::string& xml) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) return InternalError("hwloc_topology_init failed");
+  TopoPtr t(raw);
+  hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (!xml.empty()) {
+    if (access(xml.c_str(), R_OK) != 0) return SystemError("SPARROW_TOPO_FILE " + xml, errno);
+    if (hwloc_topology_set_xml(raw, xml.c_str()) != 0)
+      return InvalidArgument("SPARROW_TOPO_FILE " + xml + ": not an hwloc XML topology");
+    // The file describes another machine: its CPUs are not this process's to bind to.
+    hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
+  }
+  if (hwloc_topology_load(raw) != 0)
+    return InvalidArgument(xml.empty() ? std::string("hwloc could not read this machine's topology")
+                                       : "SPARROW_TOPO_FILE " + xml + ": not an hwloc XML topology");
+  return t;
+}
+
+void fill_nics(hwloc_topology_t t, HostTopology& h) {
+  for (hwloc_obj_t o = hwloc_get_next_osdev(t, nullptr); o; o = hwloc_get_next_osdev(t, o)) {
+    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK && o->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+    Nic n;
+    n.name = o->name ? o->name : "?";
+    n.pci = pci_of(o);
+    hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o);
+    if (local) n.cpus = cpus_of(local->cpuset);
+    // Local to one NUMA node when its CPUs are all that node's (a NIC under the machine is not).
+    for (const NumaNode& m : h.numa)
+      if (!n.cpus.empty() && n.cpus.size() <= m.cpus.size() && numa_of_cpu(h, n.cpus.front()) == m.index &&
+          numa_of_cpu(h, n.cpus.back()) == m.index)
+        n.numa = m.index;
+    h.nics.push_back(std::move(n));
+  }
+}
+
+Result<HostTopology> from_hwloc(const std::string& xml) {
+  SPARROW_ASSIGN_OR_RETURN(TopoPtr tp, load(xml));
+  hwloc_topology_t t = tp.get();
+  HostTopology h;
+  h.known = true;
+  h.source = xml.empty() ? "hwloc" : "hwloc XML " + xml;
+  h.packages = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PACKAGE);
+  h.cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  h.pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  const int nn = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < nn; ++i) {
+    hwloc_obj_t o = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, unsigned(i));
+    h.numa.push_back({int(o->os_index), cpus_of(o->cpuset)});
+  }
+  fill_nics(t, h);
+  return h;
+}
+#endif
+
+}  // namespace
+
+Result<HostTopology> discover(const std::string& xml) {
+#if SPARROW_HAVE_HWLOC
+  auto r = from_hwloc(xml);
+  if (!r.ok()) return r.status();
+  HostTopology h = std::move(r).value();
+#else
+  if (!xml.empty())
+    return InvalidArgument("SPARROW_TOPO_FILE " + xml + ": this build has no hwloc (configured with SPARROW_WITH_HWLOC=OFF "
+                           "or without libhwloc-dev)");
+  HostTopology h;
+  h.source = "none: built without hwloc";
+#endif
+  h.allowed = affinity_mask();
+  return h;
+}
+
+Result<HostTopology> discover() { return discover(kTopoFile.get()); }
+
+int numa_of_cpu(const HostTopology& t, int cpu) {
+  for (const NumaNode& m : t.numa)
+    for (int c : m.cpus)
+      if (c == cpu) return m.index;
+  return -1;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string o;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!o.empty()) o += ',';
+    o += std::to_string(cpus[i]);
+    if (j > i) {
+      o += '-';
+      o += std::to_string(cpus[j]);
+    }
+    i = j + 1;
+  }
+  return o;
+}
+
+std::string describe(const HostTopology& t) {
+  std::string o = "topology: " + t.source + "\n";
+  if (t.known) {
+    o += "  " + std::to_string(t.packages) + " package(s), " + std::to_string(t.numa.size()) + " NUMA node(s), " +
+         std::to_string(t.cores) + " core(s), " + std::to_string(t.pus) + " processing unit(s)\n";
+    for (const NumaNode& m : t.numa) o += "  NUMA node " + std::to_string(m.index) + ": CPUs " + cpu_list(m.cpus) + "\n";
+    if (t.nics.empty()) o += "  no network interface found by hwloc\n";
+    for (const Nic& n : t.nics)
+      o += "  NIC " + n.name + (n.pci.empty() ? " (no PCI device)" : " at PCI " + n.pci) +
+           (n.numa >= 0 ? ", NUMA node " + std::to_string(n.numa) : ", no single NUMA node") + ", local CPUs " +
+           (n.cpus.empty() ? "unknown" : cpu_list(n.cpus)) + "\n";
+  }
+  o += "  this thread may run on CPUs " + cpu_list(t.allowed) + "\n";
+  return o;
+}
+
+std::string to_json(const HostTopology& t) {
+  std::string o = "{\"source\":" + json_str(t.source) + ",\"known\":" + (t.known ? "true" : "false") +
+                  ",\"packages\":" + std::to_string(t.packages) + ",\"cores\":" + std::to_string(t.cores) +
+                  ",\"pus\":" + std::to_string(t.pus) + ",\"numa\":[";
+  for (size_t i = 0; i < t.numa.size(); ++i)
+    o += std::string(i ? "," : "") + "{\"index\":" + std::to_string(t.numa[i].index) + ",\"cpus\":" + json_ints(t.numa[i].cpus) + "}";
+  o += "],\"nics\":[";
+  for (size_t i = 0; i < t.nics.size(); ++i) {
+    const Nic& n = t.nics[i];
+    o += std::string(i ? "," : "") + "{\"name\":" + json_str(n.name) + ",\"pci\":" + json_str(n.pci) +
+         ",\"numa\":" + std::to_string(n.numa) + ",\"cpus\":" + json_ints(n.cpus) + "}";
+  }
+  return o + "],\"allowed\":" + json_ints(t.allowed) + "}";
+}
+
+}  // namespace sparrow::topo
