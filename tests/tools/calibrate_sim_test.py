@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench/calibrate_sim.py on four recorded emulator runs (us_canada 1 GiB, encode-bound,
 four_regions with one host per region, 64 MiB, and two 2-rank runs on eu_us_1g and
-transpacific_200m): it runs sparrow-sim on each with the run's tree, bytes and CPU costs; the encode-bound run is predicted within 5%; bad input fails with a message.
+transpacific_200m): it runs sparrow-sim on each with the run's tree, bytes and CPU costs; the
+encode-bound run is predicted within 5%; bad input fails with a message.
     calibrate_sim_test.py SOURCE_DIR BIN_DIR"""
 import json
 import os
@@ -9,15 +10,10 @@ import subprocess
 import sys
 import tempfile
 
+import checks
+from checks import expect
+
 src, bindir = sys.argv[1], sys.argv[2]
-fails = 0
-
-
-def expect(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what)
 
 
 def calibrate(*args):
@@ -69,5 +65,5 @@ with tempfile.TemporaryDirectory() as d:
     open(empty, "w").close()
     r = calibrate(empty)
     expect(r.returncode != 0 and "no sparse_bcast_perf rows" in r.stderr, f"no rows is refused: {r.stderr}")
-print("calibrate_sim:", "ok" if fails == 0 else f"{fails} failure(s)")
-sys.exit(1 if fails else 0)
+print("calibrate_sim:", "ok" if checks.fails == 0 else f"{checks.fails} failure(s)")
+sys.exit(1 if checks.fails else 0)

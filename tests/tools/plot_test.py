@@ -8,15 +8,10 @@ import subprocess
 import sys
 import tempfile
 
+import checks
+from checks import expect
+
 src = sys.argv[1]
-fails = 0
-
-
-def expect(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what)
 
 
 def row(impl, size, model, wire, ms, bound_ms):
@@ -51,5 +46,5 @@ with tempfile.TemporaryDirectory() as d:
     bad = subprocess.run(["/usr/bin/python3", os.path.join(src, "bench/plot.py"), os.path.join(d, "none.jsonl")],
                          capture_output=True, text=True, timeout=60)
     expect(bad.returncode != 0, "a missing input fails")
-print(f"plot test: {fails} failed")
-sys.exit(1 if fails else 0)
+print(f"plot test: {checks.fails} failed")
+sys.exit(1 if checks.fails else 0)

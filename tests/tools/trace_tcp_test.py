@@ -10,16 +10,11 @@ import subprocess
 import sys
 import tempfile
 
+import checks
+from checks import expect
+
 src = sys.argv[1]
 tool = os.path.join(src, "bench", "trace_tcp.py")
-fails = 0
-
-
-def expect(cond, what):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL:", what)
 
 
 spec = importlib.util.spec_from_file_location("trace_tcp", tool)
@@ -72,5 +67,5 @@ with tempfile.TemporaryDirectory() as tmp:
     out = subprocess.run([sys.executable, tool, "show", trace, "--bucket-ms", "0"], capture_output=True, text=True)
     expect(out.returncode != 0 and "bucket-ms" in out.stderr, f"a zero bucket: {out.stderr}")
 
-print(f"trace_tcp test: {fails} failed")
-sys.exit(1 if fails else 0)
+print(f"trace_tcp test: {checks.fails} failed")
+sys.exit(1 if checks.fails else 0)
