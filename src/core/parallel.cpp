@@ -19,13 +19,21 @@ params::IntParam kThreads("THREADS", 0,
                           1024);
 }
 
+std::vector<int> allowed_cpus() {
+  std::vector<int> v;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return v;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) v.push_back(c);
+  return v;
+}
+
 int kernel_threads() {
   int64_t t = kThreads.get();
   if (t > 0) return static_cast<int>(t);
   // The calling thread's CPU set, not the machine's: a rank that mpirun bound to one core (its default
   // for two ranks on a node) would otherwise run a worker per core of the machine on that one core.
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  if (size_t n = allowed_cpus().size(); n > 0) return static_cast<int>(n);
   unsigned hc = std::thread::hardware_concurrency();
   return hc ? static_cast<int>(hc) : 1;
 }

@@ -4,8 +4,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace sparrow {
+
+// The CPUs (OS indexes) the calling thread may run on: its affinity mask; empty if unknown.
+std::vector<int> allowed_cpus();
 
 // Threads used by CPU kernels: SPARROW_THREADS, or when 0 (the default) the CPUs the calling thread
 // may run on (its affinity mask: what mpirun's --bind-to, taskset or a cgroup's cpuset left it).

@@ -1,12 +1,12 @@
 #include "topology/host.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <memory>
 
+#include "core/parallel.h"
 #include "core/params.h"
 
 #if SPARROW_HAVE_HWLOC
@@ -19,15 +19,6 @@ namespace {
 params::StringParam kTopoFile("TOPO_FILE", "",
                               "An hwloc XML export to read the host's topology from instead of the machine (clouds and "
                               "containers whose sysfs says little; tests).");
-
-std::vector<int> affinity_mask() {
-  std::vector<int> v;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return v;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) v.push_back(c);
-  return v;
-}
 
 std::string json_str(const std::string& s) {
   std::string o = "\"";
@@ -96,13 +87,11 @@ void fill_nics(hwloc_topology_t t, HostTopology& h) {
     Nic n;
     n.name = o->name ? o->name : "?";
     n.pci = pci_of(o);
-    hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o);
-    if (local) n.cpus = cpus_of(local->cpuset);
-    // Local to one NUMA node when its CPUs are all that node's (a NIC under the machine is not).
-    for (const NumaNode& m : h.numa)
-      if (!n.cpus.empty() && n.cpus.size() <= m.cpus.size() && numa_of_cpu(h, n.cpus.front()) == m.index &&
-          numa_of_cpu(h, n.cpus.back()) == m.index)
-        n.numa = m.index;
+    if (hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o)) {
+      n.cpus = cpus_of(local->cpuset);
+      // Local to one NUMA node when the object it hangs off spans exactly one (a NIC under the machine does not).
+      if (local->nodeset && hwloc_bitmap_weight(local->nodeset) == 1) n.numa = hwloc_bitmap_first(local->nodeset);
+    }
     h.nics.push_back(std::move(n));
   }
 }
@@ -140,7 +129,7 @@ Result<HostTopology> discover(const std::string& xml) {
   HostTopology h;
   h.source = "none: built without hwloc";
 #endif
-  h.allowed = affinity_mask();
+  h.allowed = allowed_cpus();
   return h;
 }
 
