@@ -1,8 +1,4 @@
 // sparrow-info: what this build of sparrow is and how it is configured.
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,17 +142,11 @@ void print_wrapped(const std::string& text, const char* indent, size_t width) {
 
 // The interface that holds `addr` (an IPv4 address sparrow listens on), empty when none does.
 static std::string interface_of(const std::string& addr) {
-  std::string name;
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return name;
-  for (ifaddrs* i = ifs; i && name.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    char b[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, b, sizeof b);
-    if (addr == b) name = i->ifa_name;
-  }
-  freeifaddrs(ifs);
-  return name;
+  auto ifs = transport::net::ipv4_interfaces();
+  if (ifs.ok())
+    for (const auto& i : ifs.value())
+      if (i.address == addr) return i.name;
+  return "";
 }
 
 static int print_topology(bool json) {

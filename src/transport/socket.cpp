@@ -86,21 +86,25 @@ Result<std::string> local_host() {
     return a;
   }
   std::string want = kIfname.get();
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return SystemError("getifaddrs", errno);
-  std::string found;
-  for (ifaddrs* i = ifs; i && found.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
-    bool loop = i->ifa_flags & IFF_LOOPBACK;
-    if (want.empty() ? loop : want != i->ifa_name) continue;
-    char host[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, host, sizeof host);
-    found = host;
-  }
-  freeifaddrs(ifs);
-  if (!found.empty()) return found;
+  SPARROW_ASSIGN_OR_RETURN(std::vector<Interface> ifs, ipv4_interfaces());
+  for (const Interface& i : ifs)
+    if (want.empty() ? !i.loopback : want == i.name) return i.address;
   if (!want.empty()) return InvalidArgument("SPARROW_SOCKET_IFNAME='" + want + "': no such interface with an IPv4 address");
   return std::string("127.0.0.1");
+}
+
+Result<std::vector<Interface>> ipv4_interfaces() {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return SystemError("getifaddrs", errno);
+  std::vector<Interface> v;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+    char host[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, host, sizeof host);
+    v.push_back({i->ifa_name, host, (i->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(ifs);
+  return v;
 }
 
 void set_nonblocking(int fd, bool on) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "transport/transport.h"
@@ -22,6 +23,12 @@ Result<SockAddr> parse_address(const std::string& s);
 // The address to listen on and advertise: SPARROW_SOCKET_IFNAME's first IPv4 address, else the first
 // non-loopback IPv4 interface that is up, else 127.0.0.1.
 Result<std::string> local_host();
+// The interfaces that are up with an IPv4 address, in getifaddrs order.
+struct Interface {
+  std::string name, address;
+  bool loopback = false;
+};
+Result<std::vector<Interface>> ipv4_interfaces();
 
 // Listening socket on host, kernel-chosen port (port 0). Returns the fd; *bound gets "host:port".
 Result<int> listen_on(const std::string& host, std::string* bound);
