@@ -69,6 +69,13 @@ def model(a, cfg, tensored, r):
     return {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}, layout
 
 
+def mutate(tensors, density, g):
+    """An RL step's change: `density` of each tensor's elements moved by one unit in the last place."""
+    for t in tensors.values():
+        flat = t.view(-1).view(torch.int16)
+        flat[torch.randint(0, flat.numel(), (max(1, int(flat.numel() * density)),), generator=g)] += 1
+
+
 def run(a, cfg, tensored):
     trainer, _ = model(a, cfg, tensored, 0)
     workers = [model(a, cfg, tensored, r) for r in range(1, a.tp + 1)]
@@ -86,10 +93,7 @@ def run(a, cfg, tensored):
                     sparrow.WeightSync(comm, workers[r - 1][0].items(), root=0, layout=workers[r - 1][1]))
             for step in range(a.steps + 1):
                 if r == 0 and step:
-                    for t in trainer.values():
-                        flat = t.view(-1).view(torch.int16)
-                        k = max(1, int(flat.numel() * a.density))
-                        flat[torch.randint(0, flat.numel(), (k,), generator=g)] += 1
+                    mutate(trainer, a.density, g)
                 barrier.wait()
                 t0 = time.perf_counter()
                 info = sync.step()
@@ -126,9 +130,7 @@ def emulated_host(a, cfg):
     rows = []
     for step in range(a.steps + 1):
         if r == 0 and step:
-            for t in tensors.values():
-                flat = t.view(-1).view(torch.int16)
-                flat[torch.randint(0, flat.numel(), (max(1, int(flat.numel() * a.density)),), generator=g)] += 1
+            mutate(tensors, a.density, g)
         comm.broadcast(token, root=0)
         t0 = time.perf_counter()
         info = sync.step()
