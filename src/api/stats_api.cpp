@@ -85,15 +85,17 @@ std::string json_num(double x) {
 // "codecs": the root's codec choice (see Stats::codec_link_Bps); null on a receiver.
 std::string codecs_json(const sparrow::coll::Stats& st) {
   if (st.codec_link_Bps < 0) return "\"codecs\":null";
-  std::string j = "\"codecs\":{\"link_Bps\":" + json_num(st.codec_link_Bps) + ",\"index\":{";
-  for (int i = 0; i < sparrow::format::kNumIndexCodecs; ++i)
-    j += std::string(i ? "," : "") + "\"" + sparrow::format::index_codec_name(sparrow::format::IndexCodec(i)) +
-         "\":" + std::to_string(st.index_codecs[i]);
-  j += "},\"values\":{";
-  for (int i = 0; i < sparrow::format::kNumValueCodecs; ++i)
-    j += std::string(i ? "," : "") + "\"" + sparrow::format::value_codec_name(sparrow::format::ValueCodec(i)) +
-         "\":" + std::to_string(st.value_codecs[i]);
-  return j + "}}";
+  using namespace sparrow::format;
+  // {"name":chunks,...} over one codec family's counts.
+  auto counts = [](const uint64_t* n, int size, auto name) {
+    std::string o = "{";
+    for (int i = 0; i < size; ++i) o += std::string(i ? "," : "") + "\"" + name(i) + "\":" + std::to_string(n[i]);
+    return o + "}";
+  };
+  return "\"codecs\":{\"link_Bps\":" + json_num(st.codec_link_Bps) + ",\"index\":" +
+         counts(st.index_codecs, kNumIndexCodecs, [](int i) { return index_codec_name(IndexCodec(i)); }) +
+         ",\"values\":" +
+         counts(st.value_codecs, kNumValueCodecs, [](int i) { return value_codec_name(ValueCodec(i)); }) + "}";
 }
 
 std::string stats_json(sparrow::coll::Engine& e) {

@@ -74,8 +74,9 @@ Result<ValueCodec> best_on_sample(const std::vector<ValueCodec>& cands, const ui
 
 // CPU seconds per value to encode and decode with codec c, elements of `es` bytes: measured once per
 // process on 65,536 values moved by a unit in the last place (an RL step's kind of change), best of
-// three, in this thread's CPU time (a busy machine does not make a codec look dearer). Timing each chunk's small sample instead would charge the codec its fixed cost per call,
-// which a whole chunk spreads over many more values.
+// three, in this thread's CPU time (a busy machine does not make a codec look dearer). Timing each
+// chunk's small sample instead would charge the codec its fixed cost per call, which a whole chunk
+// spreads over many more values.
 double value_codec_cpu_s(ValueCodec c, uint32_t es) {
   static std::once_flag once[4];
   static double cost[4][kNumValueCodecs];
