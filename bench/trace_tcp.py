@@ -103,44 +103,45 @@ def load(path):
     return rows
 
 
-def show(args):
-    rows = load(args.trace)
-    t0 = rows[0]["t"]
-    # The streams that carried data (at least 64 KiB acknowledged over the trace), not the launcher's.
+def stream(s):
+    return s["local"] + ">" + s["peer"]
+
+
+def data_streams(rows):
+    """The streams that carried data (at least 64 KiB acknowledged over the trace), not the launcher's."""
     first, last = {}, {}
     for r in rows:
         for s in r["socks"]:
-            k = s["local"] + ">" + s["peer"]
-            first.setdefault(k, s.get("bytes_acked", 0))
-            last[k] = s.get("bytes_acked", 0)
-    keys = sorted(k for k in last if last[k] - first[k] >= 65536)
+            first.setdefault(stream(s), s.get("bytes_acked", 0))
+            last[stream(s)] = s.get("bytes_acked", 0)
+    return sorted(k for k in last if last[k] - first[k] >= 65536)
+
+
+def show(args):
+    rows = load(args.trace)
+    t0 = rows[0]["t"]
+    keys = data_streams(rows)
+    wanted = set(keys)
     bucket = args.bucket_ms / 1000
-    last_acked, shown, folded = {}, 0, 0
-    lines = []
-    prev_b = None
+    buckets = {}  # bucket index -> [bytes acknowledged in it, the streams at its last sample]
+    last_acked = {}
     for r in rows:
         t = r["t"] - t0
         if t < args.from_s or (args.to_s > 0 and t > args.to_s):
             continue
-        b = int(t / bucket)
-        by = {s["local"] + ">" + s["peer"]: s for s in r["socks"] if s["local"] + ">" + s["peer"] in keys}
+        by = {stream(s): s for s in r["socks"] if stream(s) in wanted}
         moved = 0
         for k, s in by.items():
             a = s.get("bytes_acked", 0)
             moved += max(0, a - last_acked.get(k, a))
             last_acked[k] = a
-        if prev_b is not None and b == prev_b[0]:
-            prev_b[1] += moved
-            prev_b[2] = by
-            continue
-        if prev_b is not None:
-            lines.append(tuple(prev_b))
-        prev_b = [b, moved, by]
-    if prev_b is not None:
-        lines.append(tuple(prev_b))
+        acc = buckets.setdefault(int(t / bucket), [0, by])
+        acc[0] += moved
+        acc[1] = by
     print(f"# {len(keys)} stream(s); bucket {args.bucket_ms} ms; rate = bytes acknowledged in the bucket")
     print(f"# {'t (s)':>7} {'Mbit/s':>7}  per stream: cwnd/pacing Mbit/s/notsent KB")
-    for b, moved, by in lines:
+    shown = folded = 0
+    for b, (moved, by) in buckets.items():
         mbit = moved * 8 / bucket / 1e6
         if moved == 0 and all(s.get("notsent", 0) == 0 for s in by.values()):
             folded += 1
