@@ -17,12 +17,14 @@ if [ "${1:-}" = "--inside" ]; then
   # Open MPI waits forever for a daemon that died before it reported (seen here about once in ten
   # launches through the emulator): mpirun starts rank 0 itself once every daemon reported, so if
   # no child of mpirun runs PROGRAM within WANEMU_MPI_LAUNCH_S seconds (default 60), the launch
-  # is ended (mpirun, by its PID; the run's teardown ends its daemons) and tried once more. Nothing
-  # of PROGRAM has run then.
+  # is ended (mpirun, by its PID; the run's teardown ends its daemons) and tried again, up to
+  # WANEMU_MPI_LAUNCH_TRIES launches in all (default 3). Nothing of PROGRAM has run then.
   prog=$(readlink -f "$(command -v "$1")" 2>/dev/null || echo "$1")
   launch_s=${WANEMU_MPI_LAUNCH_S:-60}
   case $launch_s in '' | *[!0-9]*) echo "wanemu-mpirun: WANEMU_MPI_LAUNCH_S=$launch_s is not a number of seconds" >&2; exit 2 ;; esac
-  for try in 1 2; do
+  tries=${WANEMU_MPI_LAUNCH_TRIES:-3}
+  case $tries in '' | *[!0-9]* | 0) echo "wanemu-mpirun: WANEMU_MPI_LAUNCH_TRIES=$tries is not a positive number" >&2; exit 2 ;; esac
+  for ((try = 1; try <= tries; try++)); do
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$WANEMU_NRANKS" --host "$hosts" \
       --mca plm_rsh_agent "${WANEMU_RSH_AGENT:-$wanemu rsh}" --mca plm_rsh_no_tree_spawn 1 \
       --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/16 --mca oob_tcp_if_include 10.77.0.0/16 \
@@ -41,7 +43,7 @@ if [ "${1:-}" = "--inside" ]; then
       wait "$pid" || rc=$?
       exit $rc
     fi
-    echo "wanemu-mpirun: mpirun started no rank of $1 within ${launch_s} s (a daemon died before it reported); ending it (try $try of 2)" >&2
+    echo "wanemu-mpirun: mpirun started no rank of $1 within ${launch_s} s (a daemon died before it reported); ending it (try $try of $tries)" >&2
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
