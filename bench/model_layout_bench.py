@@ -149,6 +149,10 @@ def run_emulated(a, tensored):
         for k in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers", "tp", "steps", "density"):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
         env = {k: v for k, v in os.environ.items() if k != "SPARROW_SOCKET_IFNAME"}  # wanemu names each host's
+        if not env.get("SPARROW_SECRET_FILE"):  # MASTER_ADDR is off the host: the id exchange needs a secret
+            env["SPARROW_SECRET_FILE"] = os.path.join(d, "secret")
+            with os.fdopen(os.open(env["SPARROW_SECRET_FILE"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(os.urandom(32).hex())
         if subprocess.run(cmd, env=env).returncode != 0:
             raise SystemExit(f"the emulated run failed: {' '.join(cmd)}")
         ranks = [json.load(open(os.path.join(d, f"{r}.json"))) for r in range(a.tp + 1)]

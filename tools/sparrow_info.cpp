@@ -15,6 +15,8 @@
 #include "topology/algorithms/registry.h"
 #include "topology/host.h"
 #include "topology/tree.h"
+#include "bootstrap/secret.h"
+#include "transport/seal.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
 
@@ -175,6 +177,32 @@ static int print_topology(bool json) {
   return 0;
 }
 
+// What protects connections with these settings: the frames' mode off the host and on loopback, and
+// where the secret comes from. False when the settings ask for what cannot be given.
+bool print_protection() {
+  auto off_host = transport::seal::wanted("192.0.2.1:1"), loop = transport::seal::wanted("127.0.0.1:1");
+  printf("\nframes after the handshake (SPARROW_ENCRYPT=%s; this build %s seal):\n", transport::seal::setting().c_str(),
+         transport::seal::available() ? "can" : "cannot");
+  if (!off_host.ok()) {
+    printf("  refused at init: %s\n", off_host.status().message().c_str());
+    return false;
+  }
+  auto name = [](transport::seal::Mode m) {
+    return m == transport::seal::Mode::kEncrypt ? "on (AES-256-GCM)" : m == transport::seal::Mode::kIntegrity ? "integrity (GMAC tags, bytes in the clear)" : "off";
+  };
+  printf("  connections off this host:  %s\n  loopback connections:       %s\n", name(off_host.value()), name(loop.value()));
+  printf("  ucx transport:              %s\n", transport::seal::setting() == "on" || transport::seal::setting() == "integrity"
+                                                      ? "ruled out (it does not seal)" : "off (it does not seal)");
+  auto secret = bootstrap::secret_from_file();
+  if (!secret.ok()) {
+    printf("communicator secret: refused: %s\n", secret.status().message().c_str());
+    return false;
+  }
+  printf("communicator secret: %s\n", secret->has_value() ? "from SPARROW_SECRET_FILE (unique ids carry none)"
+                                                            : "random, inside each unique id (treat the id as a credential)");
+  return true;
+}
+
 int main(int argc, char** argv) {
   sparrow::args::exit_on_out_of_memory(argv[0]);
   bool config = false, version = argc == 1;
@@ -214,6 +242,7 @@ int main(int argc, char** argv) {
     }
     Status s = params::validate_all();
     if (!s.ok()) return 1;
+    if (!print_protection()) return 1;
   }
   return 0;
 }

@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import _sparrow
+from . import rendezvous
 
 __all__ = [
     "get_unique_id", "version", "setting", "Communicator", "WeightSync", "Piece", "Error", "UnhandledCudaError", "SystemError",
@@ -219,72 +220,47 @@ def _env_int(names: Tuple[str, ...], what: str) -> int:
     raise InvalidArgument(f"{what}: none of {', '.join(names)} is set", 4)
 
 
-_ID_MAGIC = b"SPRWID01"  # what rank 0's id port sends first: a rank that reached another service says so
 _PORT_HINT = ("initialise torch.distributed first (sparrow then shares the id through its store), pass "
               "from_env(store=...) a torch.distributed Store, or set SPARROW_MASTER_PORT to a port nothing else uses")
+_RV_CODES = {"usage": InvalidUsage.code, "auth": AuthError.code, "timeout": Timeout.code}
 
 
-def _share_id(rank: int, nranks: int, addr: str, port: int, timeout: float) -> Tuple[bytes, Any]:
-    """Rank 0 makes the id and hands it to every other rank over one TCP port (like torch.distributed's
-    MASTER_ADDR/MASTER_PORT store), from a thread, while it goes on to the rendezvous (where a rank
-    that disagrees on the size is named at once). The id is a credential: use a port on a trusted
-    network. (uid, server): close the server once the communicator exists (None on other ranks)."""
-    if rank != 0:
-        return _fetch_id(rank, addr, port, timeout), None
-    uid = get_unique_id()
+def _rendezvous_key(addr: str) -> Optional[bytes]:
+    """The key that authenticates the id exchange (SPARROW_SECRET_FILE), or None on a loopback
+    MASTER_ADDR, where only processes of this user are served. Off the host without the file, refused."""
+    path = setting("SECRET_FILE")
+    if path:
+        return rendezvous.read_key(path)
+    if not rendezvous.is_loopback(addr):
+        raise rendezvous.RendezvousError(
+            f"MASTER_ADDR={addr} is not this host: the communicator id travels over MASTER_PORT, and without "
+            f"SPARROW_SECRET_FILE nothing proves who fetches it. Set SPARROW_SECRET_FILE to a file (mode 600) "
+            f"with the same secret on every rank, or share the id through torch.distributed: {_PORT_HINT}", "usage")
+    return None
+
+
+def _share_id(rank: int, addr: str, port: int, timeout: float) -> Tuple[bytes, Any]:
+    """Rank 0 makes the id and serves it on one TCP port (like torch.distributed's MASTER_ADDR/MASTER_PORT
+    store) from a thread, while it goes on to the rendezvous (where a rank that disagrees on the size
+    is named at once); every other rank fetches it. Each connection proves itself first
+    (sparrow/rendezvous.py). (uid, server): close the server once the communicator exists (None on
+    other ranks)."""
     try:
-        srv = socket.create_server((addr, port), reuse_port=False)
+        key = _rendezvous_key(addr)
+        if rank != 0:
+            return rendezvous.fetch(rank, addr, port, timeout, key, UNIQUE_ID_BYTES, _PORT_HINT), None
+    except rendezvous.RendezvousError as e:
+        code = _RV_CODES[e.kind]
+        raise _ERRORS[code](str(e), code) from None
+    uid = get_unique_id()
+    import sys
+    try:
+        srv, _thread = rendezvous.start_server(addr, port, uid, timeout, key,
+                                               lambda m: print(m, file=sys.stderr, flush=True))
     except OSError as e:
         raise InvalidUsage(f"rank 0 cannot serve the communicator id on {addr}:{port} ({e.strerror}; another "
                            f"service, e.g. torch.distributed's store, may hold it): {_PORT_HINT}", 5) from None
-    import threading
-    th = threading.Thread(target=_serve_id, args=(srv, uid, nranks, timeout), daemon=True,
-                          name="sparrow-id-server")
-    th.start()
     return uid, srv
-
-
-def _serve_id(srv: socket.socket, uid: bytes, nranks: int, timeout: float) -> None:
-    """Hands the id to up to nranks - 1 ranks until `timeout` or until the socket is closed."""
-    deadline = time.monotonic() + timeout
-    with srv:
-        for _ in range(nranks - 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                srv.settimeout(left)
-                conn, _peer = srv.accept()
-                with conn:
-                    conn.sendall(_ID_MAGIC + uid)
-            except OSError:  # timed out, or closed by from_env once the communicator exists
-                return
-
-
-def _fetch_id(rank: int, addr: str, port: int, timeout: float) -> bytes:
-    deadline = time.monotonic() + timeout
-    want = len(_ID_MAGIC) + UNIQUE_ID_BYTES
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((addr, port), timeout=max(0.1, deadline - time.monotonic())) as s:
-                buf = b""
-                while len(buf) < want:
-                    chunk = s.recv(want - len(buf))
-                    if not chunk:
-                        break
-                    buf += chunk
-                    if not _ID_MAGIC.startswith(buf[:len(_ID_MAGIC)]):
-                        raise InvalidUsage(f"rank {rank}: {addr}:{port} is not sparrow's rank 0 serving the "
-                                           f"communicator id (another service answered): {_PORT_HINT}", 5)
-                if len(buf) == want:
-                    return buf[len(_ID_MAGIC):]
-                last = f"short read ({len(buf)} bytes)"
-        except OSError as e:  # rank 0 not listening yet
-            last = str(e)
-        time.sleep(0.05)
-    raise Timeout(f"rank {rank}: could not fetch the communicator id from {addr}:{port} within {timeout:g} s "
-                  f"({last}); if torch.distributed uses that port: {_PORT_HINT}", 8)
 
 
 _store_ids = 0  # communicators made through a torch.distributed store by this process (the key's number)
@@ -424,7 +400,7 @@ class Communicator:
             uid = _share_id_by_store(store, rank, timeout)
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            uid, server = _share_id(rank, size, addr, _master_port(), timeout)
+            uid, server = _share_id(rank, addr, _master_port(), timeout)
         try:
             return cls(size, uid, rank, **options)
         finally:

@@ -1,7 +1,9 @@
 """Shared helpers: ranks as Python threads (the GIL is released in every sparrow call), settings for
 loopback, and the path of the package under test (build tree unless SPARROW_PYTHONPATH says)."""
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 
 os.environ.setdefault("SPARROW_SOCKET_IFNAME", "lo")
@@ -109,3 +111,26 @@ def ranks():
     yield make
     for r in made:
         r.close()
+
+
+def run_script(body, env=None, timeout=120):
+    """Runs `body` in a fresh interpreter with the package under test; (returncode, stdout, stderr)."""
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **(env or {})), capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def run_ranks_as_scripts(body, envs, timeout=120):
+    """Runs `body` once per environment in `envs`, as processes at once; their outputs (stdout and
+    stderr). Ends every process it started."""
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=e, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for e in envs]
+    try:
+        return [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import sparrow
-from conftest import PKG, run_ranks
+from conftest import PKG, run_ranks, run_ranks_as_scripts, run_script
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup.sh installs python3-torch)")
 
@@ -551,29 +551,6 @@ def test_join_arguments_are_checked():
 
 
 # ---- Ctrl-C, settings, errors reported once, rendezvous beside torch.distributed -------------------
-
-def run_script(body, env=None, timeout=120):
-    """Runs `body` in a fresh interpreter with the package under test; (returncode, stdout, stderr)."""
-    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **(env or {})), capture_output=True,
-                       text=True, timeout=timeout)
-    return r.returncode, r.stdout, r.stderr
-
-
-def run_ranks_as_scripts(body, envs, timeout=120):
-    """Runs `body` once per environment in `envs`, as processes at once; their outputs (stdout and
-    stderr). Ends every process it started."""
-    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(body)
-    procs = [subprocess.Popen([sys.executable, "-c", script], env=e, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for e in envs]
-    try:
-        return [p.communicate(timeout=timeout)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
 
 CTRL_C = """
     import os, signal, threading, time

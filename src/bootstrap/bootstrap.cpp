@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "core/bits.h"
+#include "bootstrap/secret.h"
 #include "transport/auth.h"
 #include "transport/channel.h"
 #include "transport/socket.h"
@@ -311,14 +312,37 @@ void reap_locked() {
 
 }  // namespace
 
+namespace {
+// An id that carries a fingerprint (version 2): the secret is this rank's SPARROW_SECRET_FILE, which
+// must be rank 0's.
+Status secret_for(IdData* d) {
+  SPARROW_ASSIGN_OR_RETURN(auto from_file, secret_from_file());
+  if (!from_file)
+    return Error(Code::kInvalidUsage, "this unique id was made with SPARROW_SECRET_FILE and carries no secret: set "
+                                      "SPARROW_SECRET_FILE on this rank to a file with the same secret");
+  auto f = fingerprint(*from_file);
+  if (!std::equal(f.begin(), f.end(), d->secret.begin()))
+    return Error(Code::kInvalidUsage, "SPARROW_SECRET_FILE on this rank holds another secret than the one the unique "
+                                      "id was made with (rank 0's)");
+  d->secret = std::move(*from_file);
+  d->secret_from_file = true;
+  return Status::Ok();
+}
+}  // namespace
+
 void encode_id(const IdData& d, uint8_t out[kIdBytes]) {
   memset(out, 0, kIdBytes);
   std::vector<uint8_t> v;
   bits::put_u32(v, kIdMagic);
-  bits::put_u16(v, 1);
+  bits::put_u16(v, d.secret_from_file ? 2 : 1);  // 2: the secret is the ranks' SPARROW_SECRET_FILE
   bits::put_u16(v, uint16_t(d.store_address.size()));
   bits::put_u64(v, d.comm_id);
-  v.insert(v.end(), d.secret.begin(), d.secret.end());
+  if (d.secret_from_file) {
+    auto f = fingerprint(d.secret);
+    v.insert(v.end(), f.begin(), f.end());
+  } else {
+    v.insert(v.end(), d.secret.begin(), d.secret.end());
+  }
   v.insert(v.end(), d.store_address.begin(), d.store_address.end());
   memcpy(out, v.data(), std::min(v.size(), kIdBytes));
 }
@@ -326,19 +350,26 @@ void encode_id(const IdData& d, uint8_t out[kIdBytes]) {
 Result<IdData> decode_id(const uint8_t in[kIdBytes]) {
   if (bits::load_u32(in) != kIdMagic) return InvalidArgument("not a sparrow unique id (was it made by sparrowGetUniqueId?)");
   uint16_t ver = uint16_t(in[4] | in[5] << 8), len = uint16_t(in[6] | in[7] << 8);
-  if (ver != 1) return InvalidArgument("unique id version " + std::to_string(ver) + " is not supported");
-  if (len == 0 || 32 + len > kIdBytes) return InvalidArgument("corrupt unique id");
+  if (ver != 1 && ver != 2) return InvalidArgument("unique id version " + std::to_string(ver) + " is not supported");
+  if (len == 0 || 32u + len > kIdBytes) return InvalidArgument("corrupt unique id");
   IdData d;
   d.comm_id = bits::load_u64(in + 8);
   d.secret.assign(in + 16, in + 32);
   d.store_address.assign(reinterpret_cast<const char*>(in + 32), len);
+  if (ver == 2) SPARROW_RETURN_IF_ERROR(secret_for(&d));
   return d;
 }
 
 Result<IdData> create_id() {
   IdData d;
-  d.secret.resize(16);
-  SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(d.secret.data(), 16));
+  SPARROW_ASSIGN_OR_RETURN(auto from_file, secret_from_file());
+  d.secret_from_file = from_file.has_value();
+  if (from_file) {
+    d.secret = std::move(*from_file);
+  } else {
+    d.secret.resize(16);
+    SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(d.secret.data(), 16));
+  }
   SPARROW_RETURN_IF_ERROR(transport::auth::random_bytes(&d.comm_id, 8));
   watch_forks_once();
   auto store = std::make_shared<Store>();

@@ -25,6 +25,9 @@ struct IdData {
   uint64_t comm_id = 0;
   std::vector<uint8_t> secret;  // 16 bytes
   std::string store_address;
+  // The secret came from SPARROW_SECRET_FILE (secret.h): the id carries its fingerprint instead, and
+  // decoding it reads the file again (every rank must hold the same secret).
+  bool secret_from_file = false;
 };
 void encode_id(const IdData& d, uint8_t out[kIdBytes]);
 Result<IdData> decode_id(const uint8_t in[kIdBytes]);

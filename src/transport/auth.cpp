@@ -7,6 +7,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include "core/params.h"
@@ -50,6 +51,9 @@ std::array<uint8_t, kHelloBytes> Hello::encode() const {
   bits::put_u32(v, rank);
   bits::put_u64(v, comm_id);
   v.insert(v.end(), nonce.begin(), nonce.end());
+  v.push_back(uint8_t(mode));
+  v.resize(48, 0);
+  v.insert(v.end(), pub.begin(), pub.end());
   std::array<uint8_t, kHelloBytes> a{};
   memcpy(a.data(), v.data(), kHelloBytes);
   return a;
@@ -66,6 +70,9 @@ Result<Hello> Hello::decode(const uint8_t* p) {
   if (h.version != kProtocolVersion)
     return Error(Code::kAuthError, "peer speaks protocol version " + std::to_string(h.version) + ", this build " +
                                        std::to_string(kProtocolVersion));
+  if (p[40] > uint8_t(seal::Mode::kEncrypt)) return CorruptData("hello asks for an unknown protection mode");
+  h.mode = seal::Mode(p[40]);
+  memcpy(h.pub.data(), p + 48, seal::kPublicBytes);
   return h;
 }
 
@@ -90,26 +97,35 @@ std::array<uint8_t, 16> random_nonce() {
 }
 
 std::array<uint8_t, kChallengeBytes> make_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello,
-                                                    uint32_t server_rank) {
+                                                    uint32_t server_rank, seal::Mode mode,
+                                                    const std::array<uint8_t, seal::kPublicBytes>& pub) {
   std::vector<uint8_t> head;
   bits::put_u64(head, kChallengeMagic);
   bits::put_u32(head, server_rank);
-  bits::put_u32(head, 0);
+  bits::put_u32(head, uint32_t(mode));
   auto n = random_nonce();
   head.insert(head.end(), n.begin(), n.end());
+  head.insert(head.end(), pub.begin(), pub.end());
   std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes);
   auto mac = hmac(secret, {&label, &h, &head});
   std::array<uint8_t, kChallengeBytes> out{};
-  memcpy(out.data(), head.data(), 32);
-  memcpy(out.data() + 32, mac.data(), 32);
+  memcpy(out.data(), head.data(), kChallengeHeadBytes);
+  memcpy(out.data() + kChallengeHeadBytes, mac.data(), 32);
   return out;
+}
+
+Result<seal::Mode> challenge_mode(const uint8_t* challenge) {
+  const uint32_t m = bits::load_u32(challenge + 12);
+  if (m > uint32_t(seal::Mode::kEncrypt)) return CorruptData("challenge names an unknown protection mode");
+  return seal::Mode(m);
 }
 
 Result<uint32_t> check_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* ch) {
   if (bits::load_u64(ch) != kChallengeMagic) return Error(Code::kAuthError, "peer did not answer with a sparrow challenge");
-  std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes), head(ch, ch + 32);
+  std::vector<uint8_t> label = {'s', 'e', 'r', 'v', 'e', 'r'}, h(hello, hello + kHelloBytes),
+                       head(ch, ch + kChallengeHeadBytes);
   auto mac = hmac(secret, {&label, &h, &head});
-  if (!equal_ct(mac.data(), ch + 32, 32))
+  if (!equal_ct(mac.data(), ch + kChallengeHeadBytes, 32))
     return Error(Code::kAuthError, "peer failed to prove it knows the communicator secret");
   return bits::load_u32(ch + 8);
 }
@@ -146,9 +162,23 @@ const char* msg_name(Handshake::Msg m) {
   return "nothing";
 }
 
+namespace {
+// This side's ephemeral key; a failure to make one fails the handshake at its first message.
+std::shared_ptr<const seal::Ephemeral> ephemeral(Status* err) {
+  auto e = seal::Ephemeral::make();
+  if (!e.ok()) {
+    *err = e.status();
+    return std::make_shared<const seal::Ephemeral>();
+  }
+  return std::make_shared<const seal::Ephemeral>(std::move(e).value());
+}
+}  // namespace
+
 Handshake Handshake::client(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank, int stream,
-                            int server_rank) {
+                            int server_rank, seal::Mode want) {
   Handshake h;
+  h.want_ = want;
+  h.eph_ = ephemeral(&h.init_);
   h.secret_ = secret;
   h.comm_id_ = comm_id;
   h.my_rank_ = my_rank;
@@ -159,12 +189,16 @@ Handshake Handshake::client(const std::vector<uint8_t>& secret, uint64_t comm_id
   h.hello_.rank = uint32_t(my_rank);
   h.hello_.comm_id = comm_id;
   h.hello_.nonce = random_nonce();
+  h.hello_.mode = want;
+  h.hello_.pub = h.eph_->pub;
   h.hello_bytes_ = h.hello_.encode();
   return h;
 }
 
-Handshake Handshake::server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank) {
+Handshake Handshake::server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank, seal::Mode want) {
   Handshake h;
+  h.want_ = want;
+  h.eph_ = ephemeral(&h.init_);
   h.secret_ = secret;
   h.comm_id_ = comm_id;
   h.my_rank_ = my_rank;
@@ -206,6 +240,10 @@ Result<std::vector<uint8_t>> Handshake::take(Msg kind, const uint8_t* p, size_t 
   }
   Result<std::vector<uint8_t>> r = std::vector<uint8_t>{};
   reply_ = Msg::kNone;
+  if (!init_.ok()) {
+    state_ = kFailed;
+    return init_;
+  }
   switch (want) {
     case Msg::kHello: r = on_hello(p); break;
     case Msg::kChallenge: r = on_challenge(p); break;
@@ -225,7 +263,9 @@ Result<std::vector<uint8_t>> Handshake::on_hello(const uint8_t* p) {
   SPARROW_ASSIGN_OR_RETURN(hello_, Hello::decode(p));
   if (hello_.comm_id != comm_id_) return Error(Code::kAuthError, "hello for another communicator");
   memcpy(hello_bytes_.data(), p, kHelloBytes);
-  challenge_ = make_challenge(secret_, p, uint32_t(my_rank_));
+  const seal::Mode mode = std::max(hello_.mode, want_);  // the stronger of the two asks
+  challenge_ = make_challenge(secret_, p, uint32_t(my_rank_), mode, eph_->pub);
+  SPARROW_RETURN_IF_ERROR(derive_keys(mode, hello_.pub.data()));  // used only once the proof holds
   state_ = kAwaitProof;
   reply_ = Msg::kChallenge;
   return std::vector<uint8_t>(challenge_.begin(), challenge_.end());
@@ -237,6 +277,14 @@ Result<std::vector<uint8_t>> Handshake::on_challenge(const uint8_t* p) {
   if (server_rank_ >= 0 && rank != uint32_t(server_rank_))
     return Error(Code::kAuthError, "peer claims to be rank " + std::to_string(int(rank)));
   memcpy(challenge_.data(), p, kChallengeBytes);
+  SPARROW_ASSIGN_OR_RETURN(seal::Mode mode, challenge_mode(p));
+  if (mode < want_)
+    return Error(Code::kAuthError, std::string("peer agreed to protection '") + seal::mode_name(mode) +
+                                       "', weaker than the '" + seal::mode_name(want_) + "' asked for");
+  if (mode != seal::Mode::kOff && !seal::available())
+    return Error(Code::kAuthError, std::string("peer requires protection '") + seal::mode_name(mode) +
+                                       "' (its SPARROW_ENCRYPT), which this build cannot provide (no OpenSSL libcrypto)");
+  SPARROW_RETURN_IF_ERROR(derive_keys(mode, p + 32));
   state_ = kAwaitWelcome;
   reply_ = Msg::kProof;
   auto proof = make_proof(secret_, hello_bytes_.data(), challenge_.data());
@@ -251,6 +299,23 @@ Result<std::vector<uint8_t>> Handshake::on_proof(const uint8_t* p) {
   reply_ = Msg::kWelcome;
   auto w = welcome();
   return std::vector<uint8_t>(w.begin(), w.end());
+}
+
+Status Handshake::derive_keys(seal::Mode mode, const uint8_t* peer_pub) {
+  std::vector<uint8_t> transcript(hello_bytes_.begin(), hello_bytes_.end());
+  transcript.insert(transcript.end(), challenge_.begin(), challenge_.end());
+  SPARROW_ASSIGN_OR_RETURN(keys_, seal::derive(mode, secret_, *eph_, peer_pub, transcript));
+  return Status::Ok();
+}
+
+std::unique_ptr<seal::Cipher> Handshake::sender() const {
+  if (!done() || keys_.mode == seal::Mode::kOff) return nullptr;
+  return std::make_unique<seal::Cipher>(keys_.mode, client_ ? keys_.client_to_server : keys_.server_to_client);
+}
+
+std::unique_ptr<seal::Cipher> Handshake::receiver() const {
+  if (!done() || keys_.mode == seal::Mode::kOff) return nullptr;
+  return std::make_unique<seal::Cipher>(keys_.mode, client_ ? keys_.server_to_client : keys_.client_to_server);
 }
 
 }  // namespace sparrow::transport::auth

@@ -1,26 +1,32 @@
 // Mutual challenge-response authentication for every connection (transport streams and the bootstrap
 // store). Both sides prove knowledge of the communicator's 128-bit secret with HMAC-SHA256 over fresh
 // nonces; the secret never travels. The server parses nothing but a fixed-size hello before the
-// client has proven itself.
+// client has proven itself. Each side also sends an ephemeral X25519 public key and the protection
+// it asks for (seal.h); both are covered by the MACs, so neither can be swapped or downgraded on
+// the path, and the session keys come from the secret and the two keys together.
 //
-//   client -> server  HELLO      40 bytes: magic, protocol version, stream, rank, comm id, client nonce
-//   server -> client  CHALLENGE  64 bytes: magic, server rank, server nonce, HMAC("server" | hello | nonce_s | rank_s)
-//   client -> server  PROOF      32 bytes: HMAC("client" | hello | nonce_s)
+//   client -> server  HELLO      80 bytes: magic, protocol version, stream, rank, comm id, client nonce,
+//                                          mode asked, X25519 key
+//   server -> client  CHALLENGE  96 bytes: magic, server rank, mode agreed, server nonce, X25519 key,
+//                                          HMAC("server" | hello | the 64 bytes before it)
+//   client -> server  PROOF      32 bytes: HMAC("client" | hello | challenge)
 //   server -> client  WELCOME     8 bytes: magic
 // The labels differ, so a server cannot be used as an oracle for the client's proof.
 #pragma once
 
 #include <array>
+#include <memory>
 #include <span>
 #include <cstdint>
 #include <vector>
 
 #include "core/status.h"
+#include "transport/seal.h"
 
 namespace sparrow::transport::auth {
 
-constexpr uint16_t kProtocolVersion = 1;
-constexpr size_t kHelloBytes = 40, kChallengeBytes = 64, kProofBytes = 32, kWelcomeBytes = 8;
+constexpr uint16_t kProtocolVersion = 2;
+constexpr size_t kHelloBytes = 80, kChallengeHeadBytes = 64, kChallengeBytes = 96, kProofBytes = 32, kWelcomeBytes = 8;
 constexpr uint32_t kNoRank = 0xffffffffu;  // the bootstrap store's "rank"
 
 struct Hello {
@@ -29,6 +35,8 @@ struct Hello {
   uint32_t rank = 0;
   uint64_t comm_id = 0;
   std::array<uint8_t, 16> nonce{};
+  seal::Mode mode = seal::Mode::kOff;  // the protection the client asks for
+  std::array<uint8_t, seal::kPublicBytes> pub{};
   std::array<uint8_t, kHelloBytes> encode() const;
   static Result<Hello> decode(const uint8_t* p);
 };
@@ -41,9 +49,12 @@ std::array<uint8_t, 16> random_nonce();
 Status random_bytes(void* out, size_t n);
 
 std::array<uint8_t, kChallengeBytes> make_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello,
-                                                    uint32_t server_rank);
+                                                    uint32_t server_rank, seal::Mode mode = seal::Mode::kOff,
+                                                    const std::array<uint8_t, seal::kPublicBytes>& pub = {});
 // Checks a challenge on the client side; returns the server rank it names.
 Result<uint32_t> check_challenge(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* challenge);
+// The mode a (checked) challenge agreed on.
+Result<seal::Mode> challenge_mode(const uint8_t* challenge);
 std::array<uint8_t, kProofBytes> make_proof(const std::vector<uint8_t>& secret, const uint8_t* hello,
                                             const uint8_t* challenge);
 bool check_proof(const std::vector<uint8_t>& secret, const uint8_t* hello, const uint8_t* challenge,
@@ -60,11 +71,12 @@ class Handshake {
  public:
   enum class Msg : uint8_t { kHello, kChallenge, kProof, kWelcome, kNone };
   // A client that will send `stream`'s hello as rank `my_rank` to the server it expects to be
-  // `server_rank`.
+  // `server_rank`, asking for protection `want`.
   static Handshake client(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank, int stream,
-                          int server_rank);
-  // A server of communicator `comm_id`, rank `my_rank`.
-  static Handshake server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank);
+                          int server_rank, seal::Mode want = seal::Mode::kOff);
+  // A server of communicator `comm_id`, rank `my_rank`, that asks for at least `want`.
+  static Handshake server(const std::vector<uint8_t>& secret, uint64_t comm_id, int my_rank,
+                          seal::Mode want = seal::Mode::kOff);
 
   // The client's first message (the hello); nothing for a server.
   std::vector<uint8_t> start() const;
@@ -79,12 +91,18 @@ class Handshake {
   bool is_client() const { return client_; }
   // Server: the client's hello (its rank and stream), once taken.
   const Hello& hello() const { return hello_; }
+  // Once done: the agreed protection and this connection's keys (seal.h).
+  const seal::SessionKeys& keys() const { return keys_; }
+  // This side's cipher for what it sends, and for what it receives (nullptr when the mode is off).
+  std::unique_ptr<seal::Cipher> sender() const;
+  std::unique_ptr<seal::Cipher> receiver() const;
 
  private:
   enum State : uint8_t { kAwaitHello, kAwaitChallenge, kAwaitProof, kAwaitWelcome, kDone, kFailed };
   Result<std::vector<uint8_t>> on_hello(const uint8_t* p);
   Result<std::vector<uint8_t>> on_challenge(const uint8_t* p);
   Result<std::vector<uint8_t>> on_proof(const uint8_t* p);
+  Status derive_keys(seal::Mode mode, const uint8_t* peer_pub);
   std::vector<uint8_t> secret_;
   uint64_t comm_id_ = 0;
   int my_rank_ = 0, server_rank_ = -1;
@@ -94,6 +112,10 @@ class Handshake {
   Hello hello_;
   std::array<uint8_t, kHelloBytes> hello_bytes_{};
   std::array<uint8_t, kChallengeBytes> challenge_{};
+  seal::Mode want_ = seal::Mode::kOff;
+  std::shared_ptr<const seal::Ephemeral> eph_;  // this side's X25519 key (shared: a Handshake is copied)
+  Status init_;  // making the key failed (then every take() does)
+  seal::SessionKeys keys_;
 };
 const char* msg_name(Handshake::Msg m);
 

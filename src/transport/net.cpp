@@ -263,8 +263,10 @@ Result<Channel*> Net::await_locked(std::unique_lock<std::mutex>& lk, int peer, D
 }
 
 Result<Channel*> Net::install_locked(int peer, std::vector<ConnPtr> conns) {
+  const char* sealed = conns.empty() ? "off" : conns.front()->protection();
   chans_[peer] = std::make_unique<Channel>(std::move(conns));
-  SPARROW_TRACE("rank %d: channel to %s over %d %s stream(s)", rank_, desc(peer).c_str(), nstreams_, be_->name());
+  SPARROW_INFO("rank %d: channel to %s over %d %s stream(s), frames sealed: %s", rank_, desc(peer).c_str(), nstreams_,
+               be_->name(), sealed);
   return chans_[peer].get();
 }
 

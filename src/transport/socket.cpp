@@ -77,6 +77,15 @@ Result<SockAddr> parse_address(const std::string& s) {
   return a;
 }
 
+bool is_loopback(const std::string& address) {
+  auto a = parse_address(address);
+  if (!a.ok()) return false;
+  if (a->ss.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&a->ss)->sin_addr.s_addr) >> 24) == 127;
+  const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(&a->ss)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+}
+
 Result<std::string> local_host() {
   if (std::string a = kAddr.get(); !a.empty()) {
     in_addr v4;

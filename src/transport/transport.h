@@ -95,6 +95,8 @@ class Conn {
   virtual int peer_rank() const = 0;
   virtual std::string peer_address() const = 0;
   virtual int stream() const = 0;
+  // What protects this connection's frames after the handshake: "off", "integrity" or "on" (seal.h).
+  virtual const char* protection() const { return "off"; }
 };
 using ConnPtr = std::shared_ptr<Conn>;
 

@@ -4,8 +4,10 @@
 #include <atomic>
 #include <thread>
 
+#include "core/params.h"
 #include "harness/net_harness.h"
 #include "harness/util.h"
+#include "transport/seal.h"
 #include "transport/transport.h"
 
 namespace sparrow::transport {
@@ -15,11 +17,16 @@ using test::make_nets;
 using test::soon;
 
 // Parameter: "backend" or "ucx:<UCX_TLS>" to pin UCX's transports (tcp; sm,tcp = shared memory for
-// data with tcp for connection establishment).
+// data with tcp for connection establishment); "tcp+<SPARROW_ENCRYPT>" seals every frame (seal.h).
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     std::string p = GetParam();
+    if (size_t plus = p.find('+'); plus != std::string::npos) {
+      ASSERT_TRUE(params::set_override("ENCRYPT", p.substr(plus + 1)).ok());
+      p = p.substr(0, plus);
+      if (!seal::available()) GTEST_SKIP() << "built without OpenSSL: frames cannot be sealed";
+    }
     size_t colon = p.find(':');
     backend_ = p.substr(0, colon);
     if (colon != std::string::npos) setenv("UCX_TLS", p.substr(colon + 1).c_str(), 1);
@@ -27,7 +34,10 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     if (std::find(names.begin(), names.end(), backend_) == names.end())
       GTEST_SKIP() << "backend " << backend_ << " not available here";
   }
-  void TearDown() override { unsetenv("UCX_TLS"); }
+  void TearDown() override {
+    unsetenv("UCX_TLS");
+    params::clear_overrides();
+  }
   std::string backend_;
 };
 
@@ -159,7 +169,8 @@ TEST_P(Conformance, WrongSecretIsRefused) {
   EXPECT_EQ(s.code(), Code::kAuthError) << s.to_string();
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("tcp", "loopback", "ucx", "ucx:tcp", "ucx:sm,tcp"),
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("tcp", "tcp+on", "tcp+integrity", "loopback", "ucx", "ucx:tcp",
+                                                                   "ucx:sm,tcp"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

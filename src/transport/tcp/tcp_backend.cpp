@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/auth.h"
+#include "transport/seal.h"
 #include "transport/socket.h"
 
 namespace sparrow::transport {
@@ -37,8 +38,9 @@ struct Handle {
 
 class TcpConn : public Conn, public Handle {
  public:
-  TcpConn(TcpBackend* be, int fd, int rank, int stream, std::string addr)
-      : Handle(kConn), be_(be), fd_(fd), rank_(rank), stream_(stream), addr_(std::move(addr)) {}
+  TcpConn(TcpBackend* be, int fd, int rank, int stream, std::string addr, const auth::Handshake& hs)
+      : Handle(kConn), be_(be), fd_(fd), rank_(rank), stream_(stream), addr_(std::move(addr)), tx_(hs.sender()),
+        rx_(hs.receiver()) {}
   ~TcpConn() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -52,6 +54,7 @@ class TcpConn : public Conn, public Handle {
   int peer_rank() const override { return rank_; }
   std::string peer_address() const override { return addr_; }
   int stream() const override { return stream_; }
+  const char* protection() const override { return seal::mode_name(tx_ ? tx_->mode() : seal::Mode::kOff); }
 
   void set_sink(FrameSink* s) { sink_ = s; }
   int fd() const { return fd_; }
@@ -71,13 +74,26 @@ class TcpConn : public Conn, public Handle {
   std::string desc() const { return "rank " + std::to_string(rank_) + " (" + addr_ + ", stream " + std::to_string(stream_) + ")"; }
 
  private:
+  // A frame on the wire: its header (sealed: the header's record and tag), payload, and (sealed)
+  // the payload's tag.
+  static constexpr size_t kMaxHead = kFrameHeaderBytes + seal::kTagBytes;
   struct Item {
-    uint8_t hdr[kFrameHeaderBytes];
+    uint8_t hdr[kMaxHead];
+    size_t hdr_len = kFrameHeaderBytes;
     Payload p;
-    size_t off = 0;  // bytes of header + payload written
+    uint8_t tail[seal::kTagBytes];
+    size_t tail_len = 0;
+    size_t off = 0;  // bytes of header + payload + tail written
     SendDone done;
+    size_t bytes() const { return hdr_len + p.len + tail_len; }
   };
+  // Seals the item's header and payload as the connection's next two records (under wmu_, so the
+  // records go out in the order of their numbers).
+  Status seal_locked(Item& it);
   void flush();
+  // Sealed receiving: the header's record, the payload (opened as it arrives), its tag.
+  bool read_header(size_t* budget);
+  void read_payload(size_t* budget);
   // recv() without blocking: bytes read, 0 when the socket has nothing now, -1 when the connection
   // failed (fail() has run).
   ssize_t read_some(uint8_t* dst, size_t n);
@@ -86,6 +102,7 @@ class TcpConn : public Conn, public Handle {
   int rank_, stream_;
   std::string addr_;
   FrameSink* sink_ = nullptr;
+  std::unique_ptr<seal::Cipher> tx_, rx_;  // null: frames as they are (SPARROW_ENCRYPT off here)
   mutable std::mutex wmu_;
   std::deque<Item> q_;
   std::atomic<size_t> queued_{0};
@@ -93,8 +110,10 @@ class TcpConn : public Conn, public Handle {
   std::atomic<bool> closing_{false};
   Status why_;
   // Read state (progress thread only).
-  uint8_t rhdr_[kFrameHeaderBytes];
+  uint8_t rhdr_[kMaxHead];
   size_t rhdr_got_ = 0;
+  uint8_t rtag_[seal::kTagBytes];
+  size_t rtag_got_ = 0;
   bool in_payload_ = false;
   FrameHeader cur_;
   uint8_t* dest_ = nullptr;
@@ -152,6 +171,7 @@ class TcpBackend : public Backend {
 // ---- TcpConn -----------------------------------------------------------------------------------------
 
 void TcpConn::send(const FrameHeader& h, Payload p, SendDone done) {
+  Status sealed;
   {
     std::lock_guard<std::mutex> lk(wmu_);
     if (!failed_) {
@@ -159,16 +179,44 @@ void TcpConn::send(const FrameHeader& h, Payload p, SendDone done) {
       h.encode(it.hdr);
       it.p = std::move(p);
       it.done = std::move(done);
-      queued_ += it.p.len + kFrameHeaderBytes;
-      q_.push_back(std::move(it));
       done = nullptr;
+      if (tx_) sealed = seal_locked(it);
+      if (sealed.ok()) {
+        queued_ += it.bytes();
+        q_.push_back(std::move(it));
+      } else {
+        done = std::move(it.done);
+      }
     }
+  }
+  if (!sealed.ok()) {  // nothing half-sealed goes out: the connection ends
+    fail(sealed.context("sealing a frame for " + desc()));
+    done(sealed);
+    return;
   }
   if (done) {
     done(why_.ok() ? Status(Code::kPeerLost, "connection to " + desc() + " is closed") : why_);
     return;
   }
   flush();
+}
+
+Status TcpConn::seal_locked(Item& it) {
+  uint8_t tag[seal::kTagBytes];
+  SPARROW_RETURN_IF_ERROR(tx_->seal(it.hdr, kFrameHeaderBytes, it.hdr, tag));
+  memcpy(it.hdr + kFrameHeaderBytes, tag, seal::kTagBytes);
+  it.hdr_len = kFrameHeaderBytes + seal::kTagBytes;
+  if (tx_->mode() == seal::Mode::kEncrypt && it.p.len > 0) {
+    // The payload may be shared with other connections and the caller: the ciphertext is this
+    // connection's own copy.
+    auto buf = std::shared_ptr<uint8_t[]>(new uint8_t[it.p.len]);
+    SPARROW_RETURN_IF_ERROR(tx_->seal(it.p.data, it.p.len, buf.get(), it.tail));
+    it.p = Payload{buf.get(), it.p.len, buf};
+  } else {
+    SPARROW_RETURN_IF_ERROR(tx_->seal(it.p.data, it.p.len, nullptr, it.tail));
+  }
+  it.tail_len = seal::kTagBytes;
+  return Status::Ok();
 }
 
 void TcpConn::flush() {
@@ -178,14 +226,19 @@ void TcpConn::flush() {
     while (!failed_ && !q_.empty()) {
       iovec iov[64];
       int n = 0;
-      for (auto it = q_.begin(); it != q_.end() && n < 62; ++it) {
+      for (auto it = q_.begin(); it != q_.end() && n < 61; ++it) {
         size_t off = it->off;
-        if (off < kFrameHeaderBytes) {
-          iov[n++] = {it->hdr + off, kFrameHeaderBytes - off};
-          off = kFrameHeaderBytes;
+        if (off < it->hdr_len) {
+          iov[n++] = {it->hdr + off, it->hdr_len - off};
+          off = it->hdr_len;
         }
-        size_t poff = off - kFrameHeaderBytes;
-        if (poff < it->p.len) iov[n++] = {const_cast<uint8_t*>(it->p.data) + poff, it->p.len - poff};
+        size_t poff = off - it->hdr_len;
+        if (poff < it->p.len) {
+          iov[n++] = {const_cast<uint8_t*>(it->p.data) + poff, it->p.len - poff};
+          poff = it->p.len;
+        }
+        size_t toff = poff - it->p.len;
+        if (toff < it->tail_len) iov[n++] = {it->tail + toff, it->tail_len - toff};
       }
       msghdr mh{};
       mh.msg_iov = iov;
@@ -208,7 +261,7 @@ void TcpConn::flush() {
       queued_ -= left;
       while (left > 0 && !q_.empty()) {
         Item& it = q_.front();
-        size_t need = kFrameHeaderBytes + it.p.len - it.off;
+        size_t need = it.bytes() - it.off;
         if (left >= need) {
           left -= need;
           completed.push_back(std::move(it.done));
@@ -264,42 +317,82 @@ ssize_t TcpConn::read_some(uint8_t* dst, size_t n) {
   }
 }
 
+// The next frame header (sealed: its record, opened), and the sink's destination for its payload.
+// False when the socket has no more now or the connection failed.
+bool TcpConn::read_header(size_t* budget) {
+  const size_t want = rx_ ? kMaxHead : kFrameHeaderBytes;
+  ssize_t r = read_some(rhdr_ + rhdr_got_, want - rhdr_got_);
+  if (r <= 0) return false;
+  rhdr_got_ += size_t(r);
+  *budget -= std::min(*budget, size_t(r));
+  if (rhdr_got_ < want) return true;
+  rhdr_got_ = 0;
+  if (rx_) {
+    Status s = rx_->open(rhdr_, kFrameHeaderBytes, rhdr_ + kFrameHeaderBytes);
+    if (!s.ok()) return fail(s.context("a frame header from " + desc())), false;
+  }
+  auto h = FrameHeader::decode(rhdr_);
+  if (!h.ok()) return fail(std::move(h).take_status().context("from " + desc())), false;
+  if (h->len > kMaxFrame) return fail(CorruptData("frame from " + desc() + " too large")), false;
+  cur_ = h.value();
+  auto d = sink_->frame_begin(this, cur_);
+  if (!d.ok()) return fail(std::move(d).take_status().context("from " + desc())), false;
+  if (rx_) {
+    Status s = rx_->begin();
+    if (!s.ok()) return fail(s.context("from " + desc())), false;
+  }
+  dest_ = d.value();
+  pay_got_ = 0;
+  rtag_got_ = 0;
+  in_payload_ = true;
+  return true;
+}
+
+// The payload, opened in place as it arrives (sealed), then its tag. The frame ends only when the
+// tag holds: a frame whose tag fails is never delivered, and fails the connection.
+void TcpConn::read_payload(size_t* budget) {
+  if (pay_got_ < cur_.len) {
+    ssize_t r = read_some(dest_ + pay_got_, cur_.len - pay_got_);
+    if (r <= 0) return;
+    if (rx_) {
+      Status s = rx_->update(dest_ + pay_got_, size_t(r));
+      if (!s.ok()) return fail(s.context("from " + desc()));
+    }
+    pay_got_ += size_t(r);
+    *budget -= std::min(*budget, size_t(r));
+    if (pay_got_ < cur_.len) return;
+  }
+  if (rx_ && rtag_got_ < seal::kTagBytes) {
+    ssize_t r = read_some(rtag_ + rtag_got_, seal::kTagBytes - rtag_got_);
+    if (r <= 0) return;
+    rtag_got_ += size_t(r);
+    *budget -= std::min(*budget, size_t(r));
+    if (rtag_got_ < seal::kTagBytes) return;
+    Status s = rx_->finish(rtag_);
+    if (!s.ok()) return fail(s.context("a frame of " + describe_key(cur_.key) + " from " + desc()));
+  }
+  in_payload_ = false;
+  sink_->frame_end(this, cur_);
+}
+
 void TcpConn::on_readable() {
   size_t budget = kReadBudget;
-  while (budget > 0) {
-    if (!in_payload_) {
-      ssize_t r = read_some(rhdr_ + rhdr_got_, kFrameHeaderBytes - rhdr_got_);
-      if (r <= 0) return;
-      rhdr_got_ += size_t(r);
-      budget -= std::min(budget, size_t(r));
-      if (rhdr_got_ < kFrameHeaderBytes) continue;
-      rhdr_got_ = 0;
-      auto h = FrameHeader::decode(rhdr_);
-      if (!h.ok()) return fail(std::move(h).take_status().context("from " + desc()));
-      if (h->len > kMaxFrame) return fail(CorruptData("frame from " + desc() + " too large"));
-      cur_ = h.value();
-      auto d = sink_->frame_begin(this, cur_);
-      if (!d.ok()) return fail(std::move(d).take_status().context("from " + desc()));
-      dest_ = d.value();
-      pay_got_ = 0;
-      in_payload_ = true;
-    }
-    if (pay_got_ < cur_.len) {
-      ssize_t r = read_some(dest_ + pay_got_, cur_.len - pay_got_);
-      if (r <= 0) return;
-      pay_got_ += size_t(r);
-      budget -= std::min(budget, size_t(r));
-    }
-    if (pay_got_ == cur_.len) {
-      in_payload_ = false;
-      sink_->frame_end(this, cur_);
-    }
+  while (budget > 0 && !failed()) {
+    if (!in_payload_ && !read_header(&budget)) return;
+    if (!in_payload_) continue;
+    const size_t before = budget;
+    const bool was_in = in_payload_;
+    read_payload(&budget);
+    // Nothing read and the frame not ended: the socket has no more now (or the connection failed).
+    if (was_in && in_payload_ && budget == before) return;
   }
 }
 
 // ---- TcpBackend --------------------------------------------------------------------------------------
 
 Status TcpBackend::start() {
+  // Protection asked for that this build cannot give fails here, at init, not at the first connection.
+  SPARROW_RETURN_IF_ERROR(seal::wanted("0.0.0.0:0").status());
   ep_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (ep_ < 0 || wake_fd_ < 0) return SystemError("epoll/eventfd", errno);
@@ -387,7 +480,10 @@ Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, i
     ::close(fd);
     return s.context("connecting to " + who);
   };
-  auto hs = auth::Handshake::client(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank, stream, peer_rank);
+  auto want = seal::wanted(address);
+  if (!want.ok()) return fail(want.status());
+  auto hs = auth::Handshake::client(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank, stream, peer_rank,
+                                    want.value());
   auto hello = hs.start();
   Status s = net::write_exact(fd, hello.data(), hello.size(), deadline, who);
   uint8_t in[auth::kChallengeBytes];
@@ -401,7 +497,7 @@ Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, i
   }
   if (!s.ok()) return fail(s);
   net::tune_stream(fd);
-  auto c = std::make_shared<TcpConn>(this, fd, peer_rank, stream, address);
+  auto c = std::make_shared<TcpConn>(this, fd, peer_rank, stream, address, hs);
   c->set_sink(sink);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -434,7 +530,9 @@ void TcpBackend::accept_all() {
     p->fd = fd;
     p->addr = net::peer_of(fd);
     p->deadline = Clock::now() + std::chrono::milliseconds(auth::timeout_ms());
-    p->hs = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank);
+    auto want = seal::wanted(p->addr);
+    p->hs = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank,
+                                    want.ok() ? want.value() : seal::Mode::kEncrypt);
     Pending* raw = p.get();
     pending_.push_back(std::move(p));
     raw->self = std::prev(pending_.end());
@@ -476,7 +574,7 @@ void TcpBackend::on_pending(Pending* p) {
   // Authenticated: from now on the socket carries frames.
   int fd = p->fd;
   epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
-  auto c = std::make_shared<TcpConn>(this, fd, int(p->hs.hello().rank), p->hs.hello().stream, p->addr);
+  auto c = std::make_shared<TcpConn>(this, fd, int(p->hs.hello().rank), p->hs.hello().stream, p->addr, p->hs);
   p->dead = true;
   dead_pending_.push_back(std::move(*p->self));
   pending_.erase(p->self);

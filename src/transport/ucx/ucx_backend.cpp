@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "transport/auth.h"
+#include "transport/seal.h"
 #include "transport/socket.h"
 
 namespace sparrow::transport {
@@ -439,6 +440,9 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
       if (!reply.ok()) return refuse(reply.status().message());
       if (!reply->empty()) send_auth(c, am_of(c->hs_.reply_kind()), reply->data(), reply->size());
       if (!c->hs_.done()) return UCS_OK;
+      if (c->hs_.keys().mode != seal::Mode::kOff)
+        return refuse(std::string("the peer asks for protection '") + seal::mode_name(c->hs_.keys().mode) +
+                      "', which the ucx transport does not provide (use SPARROW_TRANSPORT=tcp)");
       if (c->client_) {
         c->promised_ = true;
         c->connected_.set_value(Status::Ok());
@@ -629,6 +633,12 @@ bool ucx_available() {
 
 Result<std::unique_ptr<Backend>> make_ucx_backend(const BackendOptions& o) {
   if (o.identity.secret.size() != 16) return InvalidArgument("ucx backend: identity needs a 16-byte secret");
+  // Frames over UCX are not sealed: a protection asked for explicitly rules this transport out
+  // (SPARROW_TRANSPORT=auto then takes tcp); auto leaves UCX's connections as they are, and says so.
+  if (const std::string e = seal::setting(); e == "on" || e == "integrity")
+    return Error(Code::kInvalidUsage, "SPARROW_ENCRYPT=" + e + ": the ucx transport does not seal frames; use SPARROW_TRANSPORT=tcp");
+  if (seal::setting() == "auto")
+    SPARROW_INFO("ucx: frames are not sealed (SPARROW_ENCRYPT=auto protects the tcp transport's connections only)");
   auto b = std::make_unique<UcxBackend>(o);
   SPARROW_RETURN_IF_ERROR(b->start());
   return std::unique_ptr<Backend>(std::move(b));
