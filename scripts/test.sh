@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command two: set up, build, and run every test (unit, integration, C99 header, exported
-# symbols, demo and bench smoke tests), then fuzz the checkpoint decoder for a bounded time.
+# symbols, demo and bench smoke tests), then fuzz the checkpoint decoder and the connection handshake
+# for a bounded time.
 #   SPARROW_FUZZ_SECONDS  fuzzing time (default 60; 0 skips it)
 #   SPARROW_SANITIZE      asan (default): also build the suite with ASan+UBSan and run the collective,
 #                         transport and codec tests under it (scripts/sanitize.sh); tsan; 0 skips it
