@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "seeds.h"
 #include "kernels/cpu/delta.h"
 
 using namespace sparrow::kernels::cpu;
@@ -71,19 +72,7 @@ World& world() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  // `checkpoint_fuzz --write-seeds DIR` writes the seed corpus and exits.
-  for (int i = 1; i + 1 < *argc; ++i) {
-    if (std::string((*argv)[i]) == "--write-seeds") {
-      int n = 0;
-      for (auto& s : world().seeds) {
-        std::string path = std::string((*argv)[i + 1]) + "/seed" + std::to_string(n++);
-        FILE* f = fopen(path.c_str(), "wb");
-        if (!f || fwrite(s.data(), 1, s.size(), f) != s.size()) abort();
-        fclose(f);
-      }
-      exit(0);
-    }
-  }
+  sparrow::fuzz::write_seeds_if_asked(*argc, *argv, [] { return world().seeds; });
   return 0;
 }
 

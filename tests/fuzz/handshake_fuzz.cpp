@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "seeds.h"
 #include "transport/auth.h"
 #include "transport/seal.h"
 #include "transport/transport.h"
@@ -114,18 +115,7 @@ void open_frame(const uint8_t* p, size_t n) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  for (int i = 1; i + 1 < *argc; ++i) {
-    if (std::string((*argv)[i]) == "--write-seeds") {
-      int n = 0;
-      for (auto& s : world().seeds) {
-        std::string path = std::string((*argv)[i + 1]) + "/seed" + std::to_string(n++);
-        FILE* f = fopen(path.c_str(), "wb");
-        if (!f || fwrite(s.data(), 1, s.size(), f) != s.size()) abort();
-        fclose(f);
-      }
-      exit(0);
-    }
-  }
+  sparrow::fuzz::write_seeds_if_asked(*argc, *argv, [] { return world().seeds; });
   return 0;
 }
 
