@@ -14,6 +14,7 @@
 #include "sparrow/sparrow.h"
 #include "topology/algorithms/registry.h"
 #include "topology/host.h"
+#include "topology/nic.h"
 #include "topology/tree.h"
 #include "bootstrap/secret.h"
 #include "transport/seal.h"
@@ -157,7 +158,8 @@ static int print_topology(bool json) {
     fprintf(stderr, "sparrow-info: %s\n", t.status().message().c_str());
     return 1;
   }
-  auto host = transport::net::local_host();
+  std::string why;
+  auto host = topo::listen_address(&why);
   const std::string addr = host.ok() ? host.value() : "", ifname = interface_of(addr);
   int numa = -1;
   for (const auto& n : t.value().nics)
@@ -170,9 +172,8 @@ static int print_topology(bool json) {
   printf("%s", topo::describe(t.value()).c_str());
   if (!host.ok()) printf("sparrow cannot pick an address: %s\n", host.status().message().c_str());
   else
-    printf("sparrow listens on %s (interface %s%s), from SPARROW_SOCKET_ADDR, else SPARROW_SOCKET_IFNAME, else the first "
-           "non-loopback interface\n", addr.c_str(), ifname.empty() ? "?" : ifname.c_str(),
-           numa >= 0 ? (", NUMA node " + std::to_string(numa)).c_str() : "");
+    printf("sparrow listens on %s (interface %s%s): %s\n", addr.c_str(), ifname.empty() ? "?" : ifname.c_str(),
+           numa >= 0 ? (", NUMA node " + std::to_string(numa)).c_str() : "", why.c_str());
   printf("worker threads: %d (SPARROW_THREADS, else the CPUs this process may run on)\n", kernel_threads());
   return 0;
 }

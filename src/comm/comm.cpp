@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "topology/nic.h"
 
 namespace sparrow {
 namespace {
@@ -56,6 +57,14 @@ void release_store(uint64_t comm_id) {
   }
   bootstrap::end_store(comm_id);  // nobody joins a communicator this process left
 }
+
+// The address this rank listens on: the user's, else the NIC nearest its NUMA node (topology/nic.h).
+Result<std::string> listen_address(int rank) {
+  std::string why;
+  SPARROW_ASSIGN_OR_RETURN(std::string host, topo::listen_address(&why));
+  SPARROW_INFO("rank %d listens on %s", rank, why.c_str());
+  return host;
+}
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[bootstrap::kIdBytes], int rank,
@@ -74,7 +83,8 @@ Result<std::unique_ptr<Comm>> Comm::init_rank(int nranks, const uint8_t id[boots
   c->lease_ms_ = opt.elastic ? (opt.lease_ms > 0 ? opt.lease_ms : default_lease_ms()) : 0;
   if (opt.elastic) hold_store(idd.comm_id), c->holds_store_ = true;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
-  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, slots, transport::default_streams()));
+  SPARROW_ASSIGN_OR_RETURN(std::string host, listen_address(rank));
+  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, slots, transport::default_streams(), "", host));
   if (opt.elastic) c->net_->set_elastic();
   bootstrap::RankInfo me{c->net_->address(), host_identity(c->net_->address()),
                          opt.region.empty() ? region_label() : opt.region, c->net_->nstreams(), c->elastic_,
@@ -176,7 +186,8 @@ Result<std::unique_ptr<Comm>> Comm::init_joiner(const uint8_t id[bootstrap::kIdB
   c->lease_ms_ = table[0].lease_ms;
   hold_store(idd.comm_id), c->holds_store_ = true;
   transport::Identity ident{idd.comm_id, rank, idd.secret};
-  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, n, table[0].nstreams));
+  SPARROW_ASSIGN_OR_RETURN(std::string host, listen_address(rank));
+  SPARROW_ASSIGN_OR_RETURN(c->net_, transport::Net::create(ident, n, table[0].nstreams, "", host));
   c->net_->set_elastic();
   c->net_->set_joiner();
   table[size_t(rank)] = {c->net_->address(), host_identity(c->net_->address()),

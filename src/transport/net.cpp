@@ -14,7 +14,8 @@ params::IntParam kStreams("NSTREAMS", 4, "Parallel connections per peer for bulk
 
 int default_streams() { return int(kStreams.get()); }
 
-Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nstreams, const std::string& backend) {
+Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nstreams, const std::string& backend,
+                                       const std::string& bind_host) {
   if (nranks < 1 || id.rank < 0 || id.rank >= nranks) return InvalidArgument("rank out of range");
   std::unique_ptr<Net> n(new Net());
   n->rank_ = id.rank;
@@ -30,7 +31,10 @@ Result<std::unique_ptr<Net>> Net::create(const Identity& id, int nranks, int nst
   n->sent_.resize(size_t(nranks));
   BackendOptions bo;
   bo.identity = id;
-  SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());
+  bo.bind_host = bind_host;
+  if (bo.bind_host.empty()) {
+    SPARROW_ASSIGN_OR_RETURN(bo.bind_host, net::local_host());
+  }
   if (backend.empty()) {
     SPARROW_ASSIGN_OR_RETURN(n->be_, create_configured_backend(bo));
   } else {

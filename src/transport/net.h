@@ -22,7 +22,9 @@ int default_streams();
 class Net {
  public:
   // Creates the backend (SPARROW_TRANSPORT unless `backend` is given) and starts listening.
-  static Result<std::unique_ptr<Net>> create(const Identity& id, int nranks, int nstreams, const std::string& backend = "");
+  // `bind_host`: the address to listen on and advertise (empty: net::local_host()).
+  static Result<std::unique_ptr<Net>> create(const Identity& id, int nranks, int nstreams, const std::string& backend = "",
+                                             const std::string& bind_host = "");
   ~Net();
   const std::string& address() const { return address_; }
   const char* backend_name() const { return be_->name(); }
