@@ -181,7 +181,7 @@ static int print_topology(bool json) {
 // What protects connections with these settings: the frames' mode off the host and on loopback, and
 // where the secret comes from. False when the settings ask for what cannot be given.
 bool print_protection() {
-  auto off_host = transport::seal::wanted("192.0.2.1:1"), loop = transport::seal::wanted("127.0.0.1:1");
+  auto off_host = transport::seal::wanted_for(false), loop = transport::seal::wanted_for(true);
   printf("\nframes after the handshake (SPARROW_ENCRYPT=%s; this build %s seal):\n", transport::seal::setting().c_str(),
          transport::seal::available() ? "can" : "cannot");
   if (!off_host.ok()) {

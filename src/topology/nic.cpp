@@ -72,11 +72,7 @@ Result<HostTopology> discovered() {
 }  // namespace
 
 Result<std::string> listen_address(std::string* why) {
-  auto set = [](const char* n) {
-    auto v = params::value_of(n);
-    return v.ok() && !v.value().empty();
-  };
-  const bool named = set("SOCKET_ADDR") || set("SOCKET_IFNAME");
+  const bool named = transport::net::address_named();
   if (!named) {
     auto t = discovered();
     auto up = transport::net::ipv4_interfaces();

@@ -72,7 +72,9 @@ void warn_if_unavailable_once() {
   });
 }
 
-Result<Mode> wanted(const std::string& peer_address) {
+Result<Mode> wanted(const std::string& peer_address) { return wanted_for(net::is_loopback(peer_address)); }
+
+Result<Mode> wanted_for(bool loopback) {
   const std::string s = setting();
   if (s == "off") return Mode::kOff;
   if (s == "auto") {
@@ -80,7 +82,7 @@ Result<Mode> wanted(const std::string& peer_address) {
       warn_if_unavailable_once();
       return Mode::kOff;
     }
-    return net::is_loopback(peer_address) ? Mode::kOff : Mode::kEncrypt;
+    return loopback ? Mode::kOff : Mode::kEncrypt;
   }
   if (!available())
     return Error(Code::kInvalidUsage, "SPARROW_ENCRYPT=" + s + " cannot be provided: this build of sparrow has no OpenSSL libcrypto "

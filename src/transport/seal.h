@@ -31,6 +31,8 @@ constexpr size_t kTagBytes = 16, kKeyBytes = 32, kIvBytes = 12, kPublicBytes = 3
 // unless the address is loopback. Fails closed (kInvalidUsage, with the reason) when the mode asked
 // for is not off and this build cannot provide it (no OpenSSL libcrypto).
 Result<Mode> wanted(const std::string& peer_address);
+// The same for a connection on loopback or one that leaves the host.
+Result<Mode> wanted_for(bool loopback);
 // The setting as written ("auto", "on", "integrity", "off").
 std::string setting();
 // Whether this build can seal frames (it has OpenSSL's AES-GCM and X25519).

@@ -86,6 +86,8 @@ bool is_loopback(const std::string& address) {
   return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
+bool address_named() { return !kAddr.get().empty() || !kIfname.get().empty(); }
+
 Result<std::string> local_host() {
   if (std::string a = kAddr.get(); !a.empty()) {
     in_addr v4;

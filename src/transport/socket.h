@@ -23,6 +23,8 @@ Result<SockAddr> parse_address(const std::string& s);
 // Whether "host:port" names this host's loopback (127.0.0.0/8, ::1, ::ffff:127.x); false for
 // anything that does not parse.
 bool is_loopback(const std::string& address);
+// Whether SPARROW_SOCKET_ADDR or SPARROW_SOCKET_IFNAME names the address (local_host() then follows it).
+bool address_named();
 // The address to listen on and advertise: SPARROW_SOCKET_IFNAME's first IPv4 address, else the first
 // non-loopback IPv4 interface that is up, else 127.0.0.1.
 Result<std::string> local_host();

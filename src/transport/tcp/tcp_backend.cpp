@@ -381,10 +381,9 @@ void TcpConn::on_readable() {
     if (!in_payload_ && !read_header(&budget)) return;
     if (!in_payload_) continue;
     const size_t before = budget;
-    const bool was_in = in_payload_;
     read_payload(&budget);
     // Nothing read and the frame not ended: the socket has no more now (or the connection failed).
-    if (was_in && in_payload_ && budget == before) return;
+    if (in_payload_ && budget == before) return;
   }
 }
 
@@ -392,7 +391,7 @@ void TcpConn::on_readable() {
 
 Status TcpBackend::start() {
   // Protection asked for that this build cannot give fails here, at init, not at the first connection.
-  SPARROW_RETURN_IF_ERROR(seal::wanted("0.0.0.0:0").status());
+  SPARROW_RETURN_IF_ERROR(seal::wanted_for(false).status());
   ep_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (ep_ < 0 || wake_fd_ < 0) return SystemError("epoll/eventfd", errno);
