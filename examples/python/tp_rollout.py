@@ -2,16 +2,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """A trainer and a tensor-parallel rollout engine that generates text between weight commits.
 
-Rank 0 trains a small byte-level Qwen-style decoder (Hugging Face parameter names, GQA attention
-with qkv bias, SwiGLU MLP, RMSNorm) with AdamW and pushes its bf16 weights with
-`sparrow.WeightSync`. Ranks 1..tp are ONE inference engine split tensor-parallel the way vLLM holds
+Ranks 0..sources-1 are the trainer: a small byte-level Qwen-style decoder (Hugging Face parameter
+names, GQA attention with qkv bias, SwiGLU MLP, RMSNorm) trained with AdamW, sharded FSDP-style for
+the push: each trainer rank holds a row range (dim 0) of every bf16 tensor and sends its own rows
+with `sparrow.WeightSync(..., sources=[0, ..])`, no gather (for brevity the optimizer step itself is
+replicated on the trainer ranks: same seed, same batches). The next tp ranks are ONE inference engine split tensor-parallel the way vLLM holds
 it (`sparrow.layouts.decoder`: fused qkv_proj and gate_up_proj, row-parallel o_proj and down_proj,
 vocabulary-parallel embedding and lm_head padded to a multiple of 64 rows). Each worker receives
 only into its own shard, in place; while a new version is staged in the background the engine keeps
 generating with the old one, then commits between two tokens and generates with the new one.
 The engine's forward pass runs across the worker processes (torch.distributed, gloo).
 
-    python3 examples/python/tp_rollout.py --tp 2 --steps 3       # spawns 1 trainer + 2 workers
+    python3 examples/python/tp_rollout.py --tp 2 --steps 3       # spawns 2 trainer ranks + 2 workers
 
 Each worker checks its shard bit for bit against the projection the trainer computes of its own
 weights (sha256 per tensor). Exit status 0 only if every shard was bit-exact at every version.
@@ -54,6 +56,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tp", type=positive, default=2, help="tensor-parallel worker processes (one engine)")
+    p.add_argument("--sources", type=positive, default=2, help="trainer processes, each sending its own rows")
     p.add_argument("--steps", type=positive, default=3, help="training steps, one staged weight push each")
     p.add_argument("--layers", type=positive, default=2)
     p.add_argument("--hidden", type=positive, default=128)
@@ -69,6 +72,8 @@ def parse_args(argv=None):
     if a.heads % a.tp or a.intermediate % a.tp or (a.tp > a.kv_heads and a.tp % a.kv_heads) or \
             (a.tp <= a.kv_heads and a.kv_heads % a.tp):
         p.error(f"--tp {a.tp} must divide --heads and --intermediate, and divide or be a multiple of --kv-heads")
+    if a.sources > a.kv_heads * (a.hidden // a.heads):  # k_proj, the tensor with the fewest rows
+        p.error(f"--sources {a.sources}: more trainer ranks than k_proj has rows ({a.kv_heads * (a.hidden // a.heads)})")
     if not os.path.isfile(a.text):
         p.error(f"--text {a.text}: no such file")
     return a
@@ -154,15 +159,29 @@ def sha(torch, tensors):
             for n, t in tensors.items()}
 
 
-def run_trainer(torch, dist, sparrow, comm, a):
+def source_sync(sparrow, comm, bf16, a, rank):
+    """This trainer rank's WeightSync: its rows [lo, hi) of every tensor, as views (no copy)."""
+    if a.sources == 1:
+        return sparrow.WeightSync(comm, bf16.items(), root=0)
+    tensors, layout = [], {}
+    for n, t in bf16.items():
+        lo, hi = rank * t.shape[0] // a.sources, (rank + 1) * t.shape[0] // a.sources
+        tensors.append((f"{n}#{rank}", t[lo:hi]))
+        layout[f"{n}#{rank}"] = [sparrow.Piece(n, 0, lo, hi)]
+    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(a.sources)))
+
+
+def run_trainer(torch, dist, sparrow, comm, a, rank):
     from sparrow import layouts
     master = trainer_weights(torch, a)
     bf16 = {n: p.detach().to(torch.bfloat16) for n, p in master.items()}
     opt = torch.optim.AdamW(master.values(), lr=a.lr)
     data = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8).long()
     gen = torch.Generator().manual_seed(1)
-    sync = sparrow.WeightSync(comm, bf16.items(), root=0)
-    say(f"trainer: {sum(t.numel() for t in bf16.values()) / 1e6:.2f} M parameters, engine of tp {a.tp}")
+    sync = source_sync(sparrow, comm, bf16, a, rank)
+    if rank == 0:
+        say(f"trainer: {sum(t.numel() for t in bf16.values()) / 1e6:.2f} M parameters on {a.sources} rank(s), "
+            f"engine of tp {a.tp}")
     for step in range(a.steps + 1):
         loss = float("nan")
         if step:
@@ -178,22 +197,23 @@ def run_trainer(torch, dist, sparrow, comm, a):
                 for n, p in master.items():
                     bf16[n].copy_(p)
         t0 = time.perf_counter()
-        sync.stage()  # on the trainer (the root) this is the push itself
-        info = sync.commit()  # nothing to switch on the root: its stats, with the version
+        sync.stage()  # on a trainer rank (a source) this is the push of its rows itself
+        info = sync.commit()  # nothing to switch on a source: its stats, with the version
         want = [sha(torch, projection(torch, bf16, *layouts.decoder(**config(a), tp_rank=r, tp_size=a.tp)))
-                for r in range(a.tp)]
+                for r in range(a.tp)] if rank == 0 else None
         dist.broadcast_object_list([want], src=0)
-        say(f"trainer: version {info['version']} pushed (loss {loss:.3f}): {info['wire_bytes'] / 1e3:.1f} kB on the "
-            f"wire for {info['dense_bytes'] / 1e3:.1f} kB of weights, {1e3 * (time.perf_counter() - t0):.0f} ms")
+        say(f"trainer rank {rank}: version {info['version']} pushed (loss {loss:.3f}): {info['wire_bytes'] / 1e3:.1f} kB "
+            f"on the wire for its {info['dense_bytes'] / 1e3:.1f} kB of weights, {1e3 * (time.perf_counter() - t0):.0f} ms")
     return 0
 
 
 def run_worker(torch, dist, sparrow, comm, a, rank, group):
     from sparrow import layouts
-    r = rank - 1
+    r = rank - a.sources
     shapes, layout = layouts.decoder(**config(a), tp_rank=r, tp_size=a.tp)
     engine = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}
-    sync = sparrow.WeightSync(comm, engine.items(), root=0, layout=layout)
+    sync = sparrow.WeightSync(comm, engine.items(), root=0, layout=layout,
+                              sources=list(range(a.sources)) if a.sources > 1 else None)
 
     def reduce(x):
         dist.all_reduce(x, group=group)
@@ -246,15 +266,16 @@ def run_rank(a):
     import torch.distributed as dist
     import sparrow
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if size != a.tp + 1:
-        raise SystemExit(f"tp_rollout: the world is {size} ranks, --tp {a.tp} needs {a.tp + 1}")
+    if size != a.tp + a.sources:
+        raise SystemExit(f"tp_rollout: the world is {size} ranks, --tp {a.tp} --sources {a.sources} needs "
+                         f"{a.tp + a.sources}")
     torch.manual_seed(0)
     dist.init_process_group("gloo", rank=rank, world_size=size)
-    group = dist.new_group(list(range(1, size)))
+    group = dist.new_group(list(range(a.sources, size)))
     comm = sparrow.Communicator.from_env()  # shares torch.distributed's store: no second port
     try:
-        if rank == 0:
-            return run_trainer(torch, dist, sparrow, comm, a)
+        if rank < a.sources:
+            return run_trainer(torch, dist, sparrow, comm, a, rank)
         return run_worker(torch, dist, sparrow, comm, a, rank, group)
     finally:
         comm.destroy()
@@ -265,7 +286,7 @@ def launch(a, argv):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    n = a.tp + 1
+    n = a.tp + a.sources
     env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.setdefault("SPARROW_SOCKET_IFNAME", "lo")
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=dict(env, RANK=str(r)))
@@ -279,7 +300,7 @@ def launch(a, argv):
                 p.kill()
                 p.wait()
     good = codes and all(c == 0 for c in codes)
-    say(f"summary: an engine of tp {a.tp}, {a.steps} staged step(s): "
+    say(f"summary: a trainer on {a.sources} rank(s), an engine of tp {a.tp}, {a.steps} staged step(s): "
         + ("every shard bit-exact at every version" if good else f"FAILED (exit codes {codes})"))
     return 0 if good else 1
 

@@ -336,8 +336,9 @@ sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, co
  * the sources hold every row of every logical tensor exactly once (else the first step fails on every
  * rank with sparrowInvalidUsage naming the rows). Each source sends its own rows (no gather), in an
  * operation among it and the receivers; a receiver writes its tensors only once every source's part
- * of the step verified, so it never holds a mix of versions. Needs a fixed communicator; staging is
- * not supported with several sources (sparrowInvalidUsage). sources NULL or {root}: sparrowModelCreate. */
+ * of the step verified, so it never holds a mix of versions. Needs a fixed communicator. Staging:
+ * on a source, Stage sends its part as Sync does; a receiver stages every source's part as one step.
+ * sources NULL or {root}: sparrowModelCreate. */
 sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                           int ntensors, int root, const int* sources, int nsources);
 /* One version step: the root pushes its tensors' current values, every receiver gets them in its
@@ -352,8 +353,8 @@ sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t c
  * only the 64-byte lines that changed. */
 sparrowResult_t sparrowModelSync(sparrowModel_t model);
 /* Staging, as sparrowSparseBcastStage / sparrowStageCommit (sparrowStageQuery tells readiness): the
- * receiver's tensors are only read until the commit. On the root, Stage is Sync and Commit does
- * nothing. */
+ * receiver's tensors are only read until the commit. On the root (every source), Stage is Sync and
+ * Commit does nothing. */
 sparrowResult_t sparrowModelStage(sparrowModel_t model);
 sparrowResult_t sparrowModelCommit(sparrowModel_t model);
 /* The version this rank holds (the root: the last one it sent); equal on every rank that holds the

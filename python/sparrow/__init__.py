@@ -633,7 +633,8 @@ class WeightSync:
     the root among them). With several (sharded trainers, FSDP-style), each source passes its own
     tensors: whole logical tensors, or one Piece along dim 0 at offset 0 (its rows); together they
     hold every row exactly once. Each source sends its own rows; receivers write a version only once
-    every source's part of it verified. Staging needs a single source.
+    every source's part of it verified. Staging works with several sources too: a source's stage()
+    sends its part, a worker's stages every part and commit() writes them at once.
     """
 
     def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,

@@ -62,8 +62,10 @@ def test_tp_engine_generates_between_commits_with_bit_exact_shards():
     p = subprocess.run([sys.executable, TP_EXAMPLE, "--tp", "2", "--steps", "2"], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "every shard bit-exact at every version" in p.stdout, p.stdout
+    assert "a trainer on 2 rank(s)" in p.stdout and "every shard bit-exact at every version" in p.stdout, p.stdout
     assert p.stdout.count("shard bit-exact: yes") == 2 * 3, p.stdout
+    for v in (1, 2, 3):  # each of the two trainer ranks pushed its own rows of every version
+        assert sum(f"trainer rank {r}: version {v} pushed" in p.stdout for r in (0, 1)) == 2, p.stdout
     for v in (1, 2, 3):
         assert p.stdout.count(f"version {v} committed after") == 2, p.stdout
 

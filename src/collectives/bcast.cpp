@@ -62,13 +62,23 @@ void skip_op(Engine& e) { e.comm.next_seq(); }
 
 Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   if (e.rank() == root) return sparse_bcast(e, bufs, root);
+  return sparse_stage_parts(e, {StagePart{bufs, root, {}}});
+}
+
+Status sparse_stage_parts(Engine& e, const std::vector<StagePart>& parts) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  if (parts.empty()) return Error(Code::kInvalidArgument, "nothing to stage");
   auto so = std::make_shared<StagedOp>();
-  SPARROW_ASSIGN_OR_RETURN(so->op, begin_sparse(e, bufs, root));
-  so->rx = std::make_unique<SparseSink>(e, bufs, root, so->op);
+  for (const StagePart& p : parts) {
+    if (p.root == e.rank()) return Error(Code::kInvalidUsage, "a rank stages only operations it receives");
+    SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, p.bufs, p.root, p.participants.empty() ? nullptr : &p.participants));
+    so->ops.push_back(std::move(op));
+    so->rx.push_back(std::make_unique<SparseSink>(e, p.bufs, p.root, so->ops.back()));
+  }
+  so->received.resize(parts.size());
   StagedOp* raw = so.get();
   so->worker = std::thread([raw] {
-    raw->received = raw->rx->receive();
+    for (size_t k = 0; k < raw->rx.size(); ++k) raw->received[k] = raw->rx[k]->receive();
     raw->done.store(true);
   });
   e.staged = std::move(so);
@@ -81,8 +91,10 @@ StageProgress stage_progress(Engine& e) {
   if (!so) return p;
   p.pending = true;
   p.ready = so->done.load();
-  p.bytes_received = so->rx->bytes_received();
-  if (p.ready) p.staged_bytes = so->rx->staged_bytes();
+  for (auto& rx : so->rx) {
+    p.bytes_received += rx->bytes_received();
+    if (p.ready) p.staged_bytes += rx->staged_bytes();
+  }
   return p;
 }
 
@@ -90,7 +102,12 @@ Status stage_commit(Engine& e) {
   auto so = std::move(e.staged);
   if (!so) return Status::Ok();  // nothing staged (the root, or no call)
   so->worker.join();
-  return so->rx->commit(std::move(so->received));
+  Status first;
+  for (size_t k = 0; k < so->rx.size(); ++k) {
+    Status s = so->rx[k]->commit(std::move(so->received[k]));
+    if (first.ok()) first = std::move(s);
+  }
+  return first;
 }
 
 Status finish(Engine& e) {

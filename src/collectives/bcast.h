@@ -36,6 +36,16 @@ void skip_op(Engine& e);
 // changes). On the root, sparse_stage is sparse_bcast. One staged step per communicator at a time;
 // any other collective before the commit fails with kInvalidUsage.
 Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root);
+// One operation of a staged group: a rank receiving several operations in a row (a model's parts,
+// one per source) stages them as one step: received one after the other in the background, committed
+// together (each written in order; the first failure is the result). `participants`: as for
+// sparse_bcast (empty: every rank).
+struct StagePart {
+  std::vector<BufferArg> bufs;
+  int root;
+  std::vector<int> participants;
+};
+Status sparse_stage_parts(Engine& e, const std::vector<StagePart>& parts);
 struct StageProgress {
   bool pending = false, ready = false;
   uint64_t bytes_received = 0;  // checkpoint bytes received so far

@@ -180,10 +180,9 @@ Status Model::step() {
 }
 
 Status Model::stage() {
-  if (sharded())
-    return Error(Code::kInvalidUsage, "staging a model with several sources is not supported yet: use step()");
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
+  if (sharded()) return is_source() ? step_sharded() : stage_sharded();
   if (!is_root()) mirror_pieces();
   Status s = coll::sparse_stage(e_, bufs(), root_);
   if (is_root()) read_version();
@@ -191,7 +190,8 @@ Status Model::stage() {
 }
 
 Status Model::commit() {
-  if (is_root()) return Status::Ok();
+  if (is_source()) return Status::Ok();
+  if (sharded()) return commit_sharded();
   Status s = coll::stage_commit(e_);
   if (s.ok() && agreed_) project_pieces();
   if (agreed_) read_version();

@@ -66,6 +66,9 @@ class Model {
   // that a receiver's tensors still hold what was projected into them.
   Status agree_sharded(const coll::OpWire& w);
   Status step_sharded();
+  Status stage_sharded();   // a receiver: every part staged as one step
+  Status commit_sharded();
+  Status finish_sharded(Status first, bool refuse);
   void plan_sharded(const Manifest& m);
   std::vector<coll::BufferArg> part_bufs(size_t k) const;  // part k, as this rank sends or receives it
   uint64_t local_sum(size_t t) const;  // checksum of what local tensor t's runs hold

@@ -129,12 +129,34 @@ Status Model::step_sharded() {
     Status s = coll::sparse_bcast(e_, part_bufs(k), from, &participants_[k]);
     if (!s.ok() && first.ok()) first = s;
   }
+  return finish_sharded(std::move(first), refuse);
+}
+
+// A receiver stages every part as one step: received into the mirrors in the background (the local
+// tensors, which the caller keeps reading, are not touched), projected at the commit.
+Status Model::stage_sharded() {
+  std::vector<coll::StagePart> parts;
+  for (size_t k = 0; k < manifest_.parts.size(); ++k)
+    parts.push_back({part_bufs(k), manifest_.parts[k].rank, participants_[k]});
+  return coll::sparse_stage_parts(e_, parts);
+}
+
+Status Model::commit_sharded() {
+  // (a commit with nothing staged is a no-op, as for one source; drift is judged now, before writing)
+  if (!coll::stage_progress(e_).pending) return Status::Ok();
+  const bool refuse = drifted();
+  return finish_sharded(coll::stage_commit(e_), refuse);
+}
+
+// After every part of a step: a receiver whose tensors were written to is refused and repaired at
+// the next step; otherwise its tensors get the step, all parts at once.
+Status Model::finish_sharded(Status first, bool refuse) {
   if (first.ok() && refuse) {
     repair_ = true;
     first = VersionMismatch("this rank's tensors were written to since the last step: none of them was written, "
                             "and the next step rewrites them");
   }
-  if (first.ok() && !source) project_all();
+  if (first.ok() && !is_source()) project_all();
   if (first.ok()) read_version();
   return first;
 }

@@ -395,6 +395,54 @@ TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepai
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
+// Staging with two sources: the receivers take both parts in the background while their tensors
+// keep the old version, and get the new one only at the commit, whole. A receiver that wrote into
+// its tensors meanwhile is refused at the commit (nothing written) and repaired by the next step.
+TEST(ModelSync, WithTwoSourcesAStagedStepReachesTheTensorsOnlyAtTheCommit) {
+  Comms comms(4);
+  std::vector<Held> logical = trainer(27);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1), trainer(0), tp_worker(0)};
+  std::vector<sparrowModel_t> m(4);
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], {0, 1}), sparrowSuccess);
+  ASSERT_EQ(comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }), std::vector<sparrowResult_t>(4, sparrowSuccess));
+  auto staged = [&](bool write_before_commit) {
+    mutate(logical, 90 + version_of(m[0]));
+    refill_sources(logical, held);
+    const auto old2 = held[2], old3 = held[3];
+    return comms.run([&](int r) {
+      sparrowResult_t s = sparrowModelStage(m[size_t(r)]);
+      if (s != sparrowSuccess || r < 2) return s;
+      int ready = 0;
+      for (int i = 0; i < 20000 && !ready; ++i) {
+        if (sparrowStageQuery(comms.c[size_t(r)], &ready) != sparrowSuccess) return sparrowInternalError;
+        if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      const auto& old = r == 2 ? old2 : old3;
+      for (size_t i = 0; i < old.size(); ++i)
+        if (held[size_t(r)][i].data != old[i].data) return sparrowInternalError;  // written before the commit
+      if (r == 3 && write_before_commit) held[3][1].data[0] ^= 1;
+      return sparrowModelCommit(m[size_t(r)]);
+    });
+  };
+  for (int s = 2; s <= 3; ++s) {
+    ASSERT_EQ(staged(false), std::vector<sparrowResult_t>(4, sparrowSuccess)) << "step " << s;
+    for (auto& h : held[2]) ASSERT_EQ(h.data, find(logical, h.name).data) << h.name << " at step " << s;
+    expect_projection(logical, held[3], 0, "staged step " + std::to_string(s));
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
+  }
+  const auto before = held[3];
+  auto rc = staged(true);
+  EXPECT_EQ(rc, (std::vector<sparrowResult_t>{sparrowSuccess, sparrowSuccess, sparrowSuccess, sparrowVersionMismatch}));
+  auto written = before;
+  written[1].data[0] ^= 1;
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(held[3][i].data, written[i].data) << "only the worker's own write";
+  EXPECT_EQ(version_of(m[3]), 3u);
+  ASSERT_EQ(staged(false), std::vector<sparrowResult_t>(4, sparrowSuccess));
+  expect_projection(logical, held[3], 0, "after the repair");
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
 TEST(ModelSync, SourcesThatOverlapOrLeaveAGapFailEveryRankNamingTheRows) {
   Comms comms(3);
   std::vector<Held> logical = trainer(23);
