@@ -500,7 +500,8 @@ Result<ConnPtr> TcpBackend::connect(const std::string& address, int peer_rank, i
   c->set_sink(sink);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!aborted_.ok()) return fail(aborted_);
+    // (c owns the socket now and closes it: fail() would close it a second time)
+    if (!aborted_.ok()) return aborted_.context("connecting to " + who);
     conns_[c.get()] = c;
   }
   epoll_event ev{};
