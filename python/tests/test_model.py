@@ -369,3 +369,72 @@ def test_two_fsdp_sources_feed_tp_workers_bit_exact():
         return versions
 
     assert run_ranks(4, body) == [[1, 2, 3]] * 4
+
+
+# A rollout worker killed in the middle of a step, on an elastic communicator, as processes: rank 3
+# (whole tensors) stages the first version (a full snapshot of ~100 MB) and kills itself once part of
+# it arrived; the trainer's step drops it when its lease runs out and succeeds, the TP=2 engine
+# (ranks 1-2) gets that version and the next ones bit-exact, and every survivor agrees on the
+# version and the members.
+KILLED_MID_STEP = """
+    import os, signal, sys, time, torch, sparrow
+    from sparrow import layouts
+    cfg = dict(hidden_size=512, num_heads=8, num_kv_heads=2, intermediate_size=2048, vocab_size=8192,
+               num_layers=4, qkv_bias=True)
+    rank = int(os.environ["RANK"])
+    comm = sparrow.Communicator.from_env(timeout=60, elastic=True, lease_ms=1500)
+    g = torch.Generator().manual_seed(7)
+    logical = {n: (torch.randn(s, generator=g) * 0.02).to(torch.bfloat16)
+               for n, s in layouts.logical_shapes(**cfg).items()}
+    def mutate(step):
+        for i, t in enumerate(logical.values()):
+            t.view(torch.int16).view(-1)[(step + i) % 97::97] += 1
+    if rank == 0:
+        tensors, layout = list(logical.items()), None
+    elif rank in (1, 2):
+        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 1, tp_size=2)
+        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
+    else:
+        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
+    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout)
+    for step in range(1, 4):
+        if step > 1:
+            mutate(step)  # the trainer's new version; the workers' copy is their reference
+        sync.stage()
+        if rank == 3:
+            while not comm.stats()["stage_bytes_received"]:
+                pass
+            print("rank 3 dies with", comm.stats()["stage_bytes_received"], "bytes received, ready:", sync.ready(),
+                  flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        while not sync.ready():
+            time.sleep(0.001)
+        info = sync.commit()
+        exact = True
+        for name, t in tensors if rank in (1, 2) else []:
+            for pc in layout.get(name, []):
+                want = logical[pc.logical].narrow(pc.dim, pc.start, pc.stop - pc.start)
+                got = t.narrow(pc.dim, pc.offset, pc.stop - pc.start)
+                exact &= torch.equal(got.view(torch.int16), want.view(torch.int16))
+        print(f"rank {rank} step {step} version {info['version']} exact {exact} members {comm.members()}",
+              flush=True)
+    comm.destroy()
+"""
+
+
+def test_a_worker_killed_mid_step_on_an_elastic_communicator_leaves_the_engine_bit_exact():
+    from conftest import run_ranks_as_scripts
+    import os
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    envs = [dict(os.environ, RANK=str(r), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            for r in range(4)]
+    outs = run_ranks_as_scripts(KILLED_MID_STEP, envs, timeout=240)
+    assert "ready: False" in outs[3], outs[3]  # it died mid-step: the version had not all arrived
+    for r in (1, 2):
+        assert f"rank {r} step 1 version 1 exact True members [0, 1, 2" in outs[r], outs[r]  # (3 maybe not yet dropped)
+        for step in (2, 3):
+            assert f"rank {r} step {step} version {step} exact True members [0, 1, 2]" in outs[r], outs[r]
+    assert "rank 0 step 3 version 3" in outs[0] and "members [0, 1, 2]" in outs[0], outs[0]
