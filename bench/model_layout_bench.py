@@ -15,12 +15,8 @@ sparrow.Communicator.from_env). Between steps every rank meets in a one-element 
 trainer, and each times its step from there.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +27,9 @@ import torch  # noqa: E402
 
 import sparrow  # noqa: E402
 from sparrow import layouts  # noqa: E402
+
+sys.path.insert(0, HERE)
+from model_bench_common import emulated_rank, mutate, run_emulated, run_threads, write_rows  # noqa: E402
 
 
 def parse():
@@ -69,13 +68,6 @@ def model(a, cfg, tensored, r):
     return {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}, layout
 
 
-def mutate(tensors, density, g):
-    """An RL step's change: `density` of each tensor's elements moved by one unit in the last place."""
-    for t in tensors.values():
-        flat = t.view(-1).view(torch.int16)
-        flat[torch.randint(0, flat.numel(), (max(1, int(flat.numel() * density)),), generator=g)] += 1
-
-
 def run(a, cfg, tensored):
     trainer, _ = model(a, cfg, tensored, 0)
     workers = [model(a, cfg, tensored, r) for r in range(1, a.tp + 1)]
@@ -83,45 +75,29 @@ def run(a, cfg, tensored):
     uid = sparrow.get_unique_id()
     n = a.tp + 1
     rows = [[None] * n for _ in range(a.steps + 1)]
-    barrier = threading.Barrier(n, timeout=600)
-    errors = []
 
-    def body(r):
-        try:
-            comm = sparrow.Communicator(n, uid, r)
-            sync = (sparrow.WeightSync(comm, trainer.items(), root=0) if r == 0 else
-                    sparrow.WeightSync(comm, workers[r - 1][0].items(), root=0, layout=workers[r - 1][1]))
-            for step in range(a.steps + 1):
-                if r == 0 and step:
-                    mutate(trainer, a.density, g)
-                barrier.wait()
-                t0 = time.perf_counter()
-                info = sync.step()
-                rows[step][r] = (time.perf_counter() - t0, info["wire_bytes"])
-                barrier.wait()
-            sync.close()
-            comm.destroy()
-        except BaseException as e:  # noqa: BLE001
-            errors.append((r, e))
-            barrier.abort()
+    def body(r, barrier):
+        comm = sparrow.Communicator(n, uid, r)
+        sync = (sparrow.WeightSync(comm, trainer.items(), root=0) if r == 0 else
+                sparrow.WeightSync(comm, workers[r - 1][0].items(), root=0, layout=workers[r - 1][1]))
+        for step in range(a.steps + 1):
+            if r == 0 and step:
+                mutate(trainer, a.density, g)
+            barrier.wait()
+            t0 = time.perf_counter()
+            info = sync.step()
+            rows[step][r] = (time.perf_counter() - t0, info["wire_bytes"])
+            barrier.wait()
+        sync.close()
+        comm.destroy()
 
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errors:
-        raise SystemExit(f"rank {errors[0][0]}: {errors[0][1]}")
+    run_threads(n, body)
     return rows
 
 
 def emulated_host(a, cfg):
     """One rank of an emulated run: its steps' seconds and wire bytes, to OUT_DIR/rank.json."""
-    r, n = int(os.environ["WANEMU_RANK"]), int(os.environ["WANEMU_NRANKS"])
-    if n != a.tp + 1:
-        raise SystemExit(f"the scenario has {n} hosts; --tp {a.tp} needs {a.tp + 1}")
-    os.environ.update(RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR=os.environ["WANEMU_ADDRS"].split(",")[0])
-    os.environ.setdefault("SPARROW_MASTER_PORT", "29533")
+    r = emulated_rank(a.tp + 1)
     tensors, layout = model(a, cfg, a.as_host == "tp", r)
     comm = sparrow.Communicator.from_env()
     sync = sparrow.WeightSync(comm, tensors.items(), root=0, layout=layout or None)
@@ -137,25 +113,15 @@ def emulated_host(a, cfg):
         rows.append((time.perf_counter() - t0, info["wire_bytes"]))
     sync.close()
     comm.destroy()
-    with open(os.path.join(a.out_dir, f"{r}.json"), "w") as f:
-        json.dump(rows, f)
+    write_rows(a.out_dir, r, rows)
 
 
-def run_emulated(a, tensored):
+def run_emulated_layout(a, tensored):
     """Every rank's rows of one emulated run, as run() returns them."""
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [a.wanemu, "run", a.scenario, "--", sys.executable, os.path.abspath(__file__),
-               "--as-host", "tp" if tensored else "none", "--out-dir", d]
-        for k in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers", "tp", "steps", "density"):
-            cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
-        env = {k: v for k, v in os.environ.items() if k != "SPARROW_SOCKET_IFNAME"}  # wanemu names each host's
-        if not env.get("SPARROW_SECRET_FILE"):  # MASTER_ADDR is off the host: the id exchange needs a secret
-            env["SPARROW_SECRET_FILE"] = os.path.join(d, "secret")
-            with os.fdopen(os.open(env["SPARROW_SECRET_FILE"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-                f.write(os.urandom(32).hex())
-        if subprocess.run(cmd, env=env).returncode != 0:
-            raise SystemExit(f"the emulated run failed: {' '.join(cmd)}")
-        ranks = [json.load(open(os.path.join(d, f"{r}.json"))) for r in range(a.tp + 1)]
+    args = ["--as-host", "tp" if tensored else "none"]
+    for k in ("hidden", "heads", "kv_heads", "intermediate", "vocab", "layers", "tp", "steps", "density"):
+        args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
+    ranks = run_emulated(a.wanemu, a.scenario, __file__, args, a.tp + 1)
     return [[ranks[r][step] for r in range(a.tp + 1)] for step in range(a.steps + 1)]
 
 
@@ -170,7 +136,7 @@ def main():
           f"{os.cpu_count()} CPUs" + (f", emulated network {a.scenario}" if a.scenario else ", threads on loopback"))
     print(f"{'layout':>8} {'step':>4} {'trainer_s':>9} {'worker_s':>9} {'wire_MB':>8}")
     for tensored in (False, True):
-        for step, row in enumerate(run_emulated(a, tensored) if a.scenario else run(a, cfg, tensored)):
+        for step, row in enumerate(run_emulated_layout(a, tensored) if a.scenario else run(a, cfg, tensored)):
             worst = max(x[0] for x in row[1:])
             print(f"{'tp' + str(a.tp) if tensored else 'none':>8} {step:>4} {row[0][0]:>9.3f} {worst:>9.3f} "
                   f"{row[0][1] / 1e6:>8.2f}", flush=True)

@@ -5,13 +5,23 @@ sending its own rows, against one worker holding the whole model (ranks as threa
 
 Per configuration and step: the slowest source's call (until its part was handed to the transport:
 extraction, encoding and queueing of its rows), the sources' encode seconds (the slowest), the
-worker's call, and the wire bytes. Every step changes --density of the elements; the worker is
-checked bit for bit against the trainer after every step.
+slowest worker's call, and the wire bytes. Every step changes --density of the elements; every
+worker is checked bit for bit against the trainer after every step. --codec paper,auto measures the
+SparrowRL-format ablation (its leb128 index and raw values, its static two-level tree, 4 streams)
+beside sparrow in the same run.
+
+With --scenario BASE.toml (root: the emulator's namespaces; e.g. bench/scenarios/four_regions.toml)
+the ranks are processes on an emulated network instead: BASE's first host (region) holds the N
+sources, every other host one worker, and of those workers the second and third (if any) hold a
+vLLM-style tensor-parallel layout (TP=2: fused qkv / gate_up, row-parallel o / down, padded
+vocabulary shards) instead of whole tensors. Between steps every rank meets in a one-element
+broadcast from rank 0, and each times its step from there.
 """
 import argparse
 import os
+import re
 import sys
-import threading
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,6 +33,11 @@ import torch  # noqa: E402
 import sparrow  # noqa: E402
 from sparrow import layouts  # noqa: E402
 
+sys.path.insert(0, HERE)
+from model_bench_common import emulated_rank, mutate, run_emulated, run_threads, write_rows  # noqa: E402
+
+ABLATION = {"SPARROW_CODEC": "paper", "SPARROW_NSTREAMS": "4", "SPARROW_ALGO": "two_level"}
+
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,88 +46,186 @@ def parse():
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--sources", default="1,2,4", help="comma-separated source counts to measure")
+    p.add_argument("--codec", default="auto", help="comma-separated: auto (sparrow), paper (the ablation)")
     p.add_argument("--steps", type=int, default=3, help="sparse steps after the first (full) one")
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--scenario", help="run the ranks as processes on an emulated network built from this one")
+    p.add_argument("--wanemu", default=os.path.join(HERE, "..", "build", "bin", "wanemu"))
+    p.add_argument("--as-host", type=int, help=argparse.SUPPRESS)  # one emulated rank: the source count
+    p.add_argument("--out-dir", help=argparse.SUPPRESS)
     a = p.parse_args()
     try:
         a.sources = [int(x) for x in a.sources.split(",")]
     except ValueError:
         p.error(f"--sources: comma-separated integers, got {a.sources!r}")
+    a.codec = a.codec.split(",")
+    if any(c not in ("auto", "paper") for c in a.codec):
+        p.error(f"--codec: auto and/or paper, got {','.join(a.codec)!r}")
     if any(s <= 0 for s in a.sources) or min(a.hidden, a.intermediate, a.vocab, a.layers, a.steps) <= 0:
         p.error("sizes, --steps and --sources must be positive")
     if not 0 < a.density <= 1:
         p.error("--density must be in (0, 1]")
+    if a.scenario and not os.path.isfile(a.scenario):
+        p.error(f"--scenario {a.scenario}: no such file")
     return a
 
 
-def run(a, logical, nsrc):
+def config(a):
+    return dict(hidden_size=a.hidden, num_heads=16, num_kv_heads=8, intermediate_size=a.intermediate,
+                vocab_size=a.vocab, num_layers=a.layers)
+
+
+def trainer_model(a):
     g = torch.Generator().manual_seed(1)
-    model = {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in logical.items()}
-    worker = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in logical.items()}
+    return {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in layouts.logical_shapes(**config(a)).items()}
+
+
+def source_sync(comm, model, r, nsrc):
+    """Source r of nsrc: its rows [start, stop) of every tensor, as views."""
+    if nsrc == 1:  # one source: the whole tensors, as a single trainer holds them
+        return sparrow.WeightSync(comm, model.items(), root=0)
+    tensors, layout = [], {}
+    for name, t in model.items():
+        start, stop = t.shape[0] * r // nsrc, t.shape[0] * (r + 1) // nsrc
+        if start < stop:
+            tensors.append((f"{name}#{r}", t[start:stop]))
+            layout[f"{name}#{r}"] = [sparrow.Piece(name, 0, start, stop)]
+    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(nsrc)))
+
+
+def worker_tensors(a, tp_rank):
+    """A worker's tensors and layout: whole logical tensors (tp_rank None) or a TP=2 shard."""
+    if tp_rank is None:
+        shapes, layout = layouts.logical_shapes(**config(a)), {}
+    else:
+        shapes, layout = layouts.decoder(**config(a), tp_rank=tp_rank, tp_size=2)
+    return {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}, layout
+
+
+def exact(worker, layout, model):
+    """The worker's tensors hold the model (whole), or their pieces of it, bit for bit."""
+    for name, t in worker.items():
+        if name not in layout:
+            if not torch.equal(t.view(torch.int16), model[name].view(torch.int16)):
+                return False
+            continue
+        for pc in layout[name]:
+            want = model[pc.logical].narrow(pc.dim, pc.start, pc.stop - pc.start)
+            if not torch.equal(t.narrow(pc.dim, pc.offset, pc.stop - pc.start).view(torch.int16), want.view(torch.int16)):
+                return False
+    return True
+
+
+def run(a, nsrc):
+    model = trainer_model(a)
+    worker, _ = worker_tensors(a, None)
+    g = torch.Generator().manual_seed(2)
     n = nsrc + 1
     uid = sparrow.get_unique_id()
     rows = [[None] * n for _ in range(a.steps + 1)]
-    barrier = threading.Barrier(n, timeout=600)
-    errors = []
 
-    def body(r):
-        try:
-            comm = sparrow.Communicator(n, uid, r)
-            if r < nsrc and nsrc == 1:  # one source: the whole tensors, as a single trainer holds them
-                sync = sparrow.WeightSync(comm, model.items(), root=0)
-            elif r < nsrc:
-                tensors, layout = [], {}
-                for name, t in model.items():
-                    start, stop = t.shape[0] * r // nsrc, t.shape[0] * (r + 1) // nsrc
-                    if start < stop:
-                        tensors.append((f"{name}#{r}", t[start:stop]))
-                        layout[f"{name}#{r}"] = [sparrow.Piece(name, 0, start, stop)]
-                sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(nsrc)))
-            else:
-                sync = sparrow.WeightSync(comm, worker.items(), root=0, sources=list(range(nsrc)))
-            for step in range(a.steps + 1):
-                if r == 0 and step:
-                    for t in model.values():
-                        flat = t.view(-1).view(torch.int16)
-                        flat[torch.randint(0, flat.numel(), (max(1, int(flat.numel() * a.density)),), generator=g)] += 1
-                barrier.wait()
-                t0 = time.perf_counter()
-                info = sync.step()
-                rows[step][r] = (time.perf_counter() - t0, info["encode_s"], info["wire_bytes"])
-                barrier.wait()
-                if r == nsrc and not all(torch.equal(worker[k].view(torch.int16), model[k].view(torch.int16))
-                                         for k in model):
-                    raise SystemExit(f"step {step}: the worker is not bit-exact")
-                barrier.wait()  # checked before the trainer changes the weights again
-            sync.close()
-            comm.destroy()
-        except BaseException as e:  # noqa: BLE001
-            errors.append((r, e))
-            barrier.abort()
+    def body(r, barrier):
+        comm = sparrow.Communicator(n, uid, r)
+        sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
+            sparrow.WeightSync(comm, worker.items(), root=0, sources=list(range(nsrc)))
+        for step in range(a.steps + 1):
+            if r == 0 and step:
+                mutate(model, a.density, g)
+            barrier.wait()
+            t0 = time.perf_counter()
+            info = sync.step()
+            rows[step][r] = (time.perf_counter() - t0, info["encode_s"], info["wire_bytes"], True)
+            barrier.wait()
+            if r == nsrc:
+                rows[step][r] = rows[step][r][:3] + (exact(worker, {}, model),)
+            barrier.wait()  # checked before the trainer changes the weights again
+        sync.close()
+        comm.destroy()
 
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errors:
-        raise SystemExit(f"rank {errors[0][0]}: {errors[0][1]}")
+    run_threads(n, body)
     return rows
+
+
+def emulated_host(a):
+    """One rank of an emulated run (a.as_host sources): its rows to OUT_DIR/rank.json."""
+    nsrc = a.as_host
+    nhosts = int(os.environ["WANEMU_NRANKS"])
+    r = emulated_rank(nhosts)
+    model = trainer_model(a)  # every rank makes it: the workers' reference
+    worker = layout = None
+    if r >= nsrc:
+        worker, layout = worker_tensors(a, {nsrc + 1: 0, nsrc + 2: 1}.get(r))
+    comm = sparrow.Communicator.from_env()
+    sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
+        sparrow.WeightSync(comm, worker.items(), root=0, layout=layout or None, sources=list(range(nsrc)))
+    g = torch.Generator().manual_seed(2)
+    token = torch.zeros(1, dtype=torch.int32)
+    rows = []
+    for step in range(a.steps + 1):
+        if step:
+            mutate(model, a.density, g)  # the same change on every rank: the sources' and the reference
+        comm.broadcast(token, root=0)
+        t0 = time.perf_counter()
+        info = sync.step()
+        took = time.perf_counter() - t0
+        rows.append((took, info["encode_s"], info["wire_bytes"], r < nsrc or exact(worker, layout, model)))
+    sync.close()
+    comm.destroy()
+    write_rows(a.out_dir, r, rows)
+
+
+def scenario_for(base, nsrc, path):
+    """BASE with its first host holding nsrc ranks (the sources) and every other host one (a worker)."""
+    text = open(base).read()
+    parts = re.split(r"(?m)^(?=\[\[host\]\])", text)
+    out = [parts[0]]
+    for i, h in enumerate(parts[1:]):
+        h = re.sub(r"(?m)^count\s*=.*\n", "", h)
+        out.append(h.replace("[[host]]\n", f"[[host]]\ncount = {nsrc if i == 0 else 1}\n", 1))
+    with open(path, "w") as f:
+        f.write("".join(out))
+    return len(parts) - 1 - 1 + nsrc  # ranks
+
+
+def run_scenario(a, nsrc):
+    with tempfile.TemporaryDirectory() as d:
+        scen = os.path.join(d, "scenario.toml")
+        n = scenario_for(a.scenario, nsrc, scen)
+        args = ["--as-host", str(nsrc), "--sources", str(nsrc)]
+        for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density"):
+            args += [f"--{k}", str(getattr(a, k))]
+        ranks = run_emulated(a.wanemu, scen, __file__, args, n)
+    return [[ranks[r][step] for r in range(n)] for step in range(a.steps + 1)]
 
 
 def main():
     a = parse()
-    logical = layouts.logical_shapes(hidden_size=a.hidden, num_heads=16, num_kv_heads=8,
-                                     intermediate_size=a.intermediate, vocab_size=a.vocab, num_layers=a.layers)
-    dense = sum(2 * torch.Size(s).numel() for s in logical.values())
-    print(f"model: {dense / 1e9:.2f} GB bf16, 1 worker, density {a.density}, {os.cpu_count()} CPUs")
-    print(f"{'sources':>7} {'step':>4} {'slowest_source_s':>16} {'source_encode_s':>15} {'worker_s':>8} {'wire_MB':>8}")
-    for nsrc in a.sources:
-        for step, row in enumerate(run(a, logical, nsrc)):
-            src = row[:nsrc]
-            wire = sum(x[2] for x in src) / 1e6
-            print(f"{nsrc:>7} {step:>4} {max(x[0] for x in src):>16.3f} {max(x[1] for x in src):>15.3f} "
-                  f"{row[nsrc][0]:>8.3f} {wire:>8.2f}", flush=True)
+    if a.as_host is not None:
+        return emulated_host(a)
+    dense = sum(2 * torch.Size(s).numel() for s in layouts.logical_shapes(**config(a)).values())
+    where = f"emulated network from {a.scenario} (sources in its first region; TP=2 workers on the 2nd and 3rd " \
+            "worker hosts)" if a.scenario else "threads on loopback, 1 worker"
+    print(f"model: {dense / 1e9:.2f} GB bf16, density {a.density}, {os.cpu_count()} CPUs, {where}")
+    print(f"{'codec':>5} {'sources':>7} {'step':>4} {'slowest_source_s':>16} {'source_encode_s':>15} "
+          f"{'worker_s':>8} {'wire_MB':>8} {'exact':>5}")
+    saved = {k: os.environ.get(k) for k in ABLATION}
+    for codec in a.codec:
+        for k, v in ABLATION.items():  # the ablation's settings, or the caller's own
+            if codec == "paper":
+                os.environ[k] = v
+            elif saved[k] is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = saved[k]
+        for nsrc in a.sources:
+            for step, row in enumerate(run_scenario(a, nsrc) if a.scenario else run(a, nsrc)):
+                src, wk = row[:nsrc], row[nsrc:]
+                wire = sum(x[2] for x in src) / 1e6
+                ok = all(x[3] for x in wk)
+                print(f"{codec:>5} {nsrc:>7} {step:>4} {max(x[0] for x in src):>16.3f} {max(x[1] for x in src):>15.3f} "
+                      f"{max(x[0] for x in wk):>8.3f} {wire:>8.2f} {'yes' if ok else 'NO':>5}", flush=True)
+                if not ok:
+                    raise SystemExit(f"{codec}, {nsrc} source(s), step {step}: a worker is not bit-exact")
 
 
 if __name__ == "__main__":
