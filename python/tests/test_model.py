@@ -363,12 +363,27 @@ def test_two_fsdp_sources_feed_tp_workers_bit_exact():
             if r >= 2:
                 for name, t in engines[r][0].items():
                     assert same_bits(t, reference(trainer, name, r - 2, 2)), f"step {step}: {name} on rank {r}"
+        # A staged step: the sources push their rows, the engine keeps the old version until its commit.
+        barrier.wait()
+        if r == 0:
+            trainer.train_step()
+        barrier.wait()
+        old = {n: t.clone() for n, t in engines[r][0].items()} if r >= 2 else {}
+        sync.stage()
         if r >= 2:
-            with pytest.raises(sparrow.InvalidUsage, match="several sources"):
-                sync.stage()
+            deadline = time.monotonic() + 60
+            while not sync.ready():
+                assert time.monotonic() < deadline, "never ready"
+                time.sleep(0.001)
+            for name, t in engines[r][0].items():
+                assert same_bits(t, old[name]), f"{name} on rank {r} written before the commit"
+        versions.append(sync.commit()["version"])
+        if r >= 2:
+            for name, t in engines[r][0].items():
+                assert same_bits(t, reference(trainer, name, r - 2, 2)), f"staged step: {name} on rank {r}"
         return versions
 
-    assert run_ranks(4, body) == [[1, 2, 3]] * 4
+    assert run_ranks(4, body) == [[1, 2, 3, 4]] * 4
 
 
 # A rollout worker killed in the middle of a step, on an elastic communicator, as processes: rank 3
