@@ -8,12 +8,14 @@
 #include "core/args.h"
 #include "api/api_internal.h"
 #include "core/parallel.h"
+#include "core/affinity.h"
 #include "core/params.h"
 #include "core/strings.h"
 #include "kernels/cpu/extract.h"
 #include "sparrow/sparrow.h"
 #include "topology/algorithms/registry.h"
 #include "topology/host.h"
+#include "topology/affinity.h"
 #include "topology/nic.h"
 #include "topology/tree.h"
 #include "bootstrap/secret.h"
@@ -159,14 +161,19 @@ static int print_topology(bool json) {
     return 1;
   }
   std::string why;
-  auto host = topo::listen_address(&why);
+  std::optional<topo::NicChoice> nic;
+  auto host = topo::listen_address(&why, &nic);
   const std::string addr = host.ok() ? host.value() : "", ifname = interface_of(addr);
   int numa = -1;
   for (const auto& n : t.value().nics)
     if (n.name == ifname) numa = n.numa;
+  auto cpus = topo::choose_thread_cpus(t.value(), nic, topo::cpu_affinity_setting());
+  if (cpus.ok()) affinity::set_cpus(cpus->cpus);  // as a communicator would: kernel_threads() counts them
   if (json) {
-    printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d}\n",
-           topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, kernel_threads());
+    printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d,"
+           "\"thread_cpus\":\"%s\"}\n",
+           topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, kernel_threads(),
+           cpus.ok() ? topo::cpu_list(cpus->cpus).c_str() : "");
     return 0;
   }
   printf("%s", topo::describe(t.value()).c_str());
@@ -174,7 +181,10 @@ static int print_topology(bool json) {
   else
     printf("sparrow listens on %s (interface %s%s): %s\n", addr.c_str(), ifname.empty() ? "?" : ifname.c_str(),
            numa >= 0 ? (", NUMA node " + std::to_string(numa)).c_str() : "", why.c_str());
-  printf("worker threads: %d (SPARROW_THREADS, else the CPUs this process may run on)\n", kernel_threads());
+  printf("sparrow's threads (SPARROW_CPU_AFFINITY=%s): %s\n", topo::cpu_affinity_setting().c_str(),
+         cpus.ok() ? cpus->why.c_str() : cpus.status().message().c_str());
+  printf("worker threads: %d (SPARROW_THREADS, else the CPUs sparrow's threads are bound to, else those this process "
+         "may run on)\n", kernel_threads());
   return 0;
 }
 

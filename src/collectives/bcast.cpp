@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "collectives/elastic.h"
+#include "core/affinity.h"
 #include "collectives/sparse/sparse_op.h"
 #include "collectives/sparse/stage.h"
 
@@ -78,6 +79,7 @@ Status sparse_stage_parts(Engine& e, const std::vector<StagePart>& parts) {
   so->received.resize(parts.size());
   StagedOp* raw = so.get();
   so->worker = std::thread([raw] {
+    affinity::bind_this_thread();
     for (size_t k = 0; k < raw->rx.size(); ++k) raw->received[k] = raw->rx[k]->receive();
     raw->done.store(true);
   });

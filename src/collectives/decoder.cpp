@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/affinity.h"
 #include "core/parallel.h"
 
 namespace sparrow::coll {
@@ -27,7 +28,11 @@ std::unique_ptr<DecodeWorker::Job> DecodeWorker::start(kernels::cpu::ApplySessio
   std::lock_guard<std::mutex> lk(mu_);
   if (sess && threads_.empty()) {
     const int n = std::clamp(kernel_threads(), 1, kMaxThreads);
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+    for (int i = 0; i < n; ++i)
+      threads_.emplace_back([this] {
+        affinity::bind_this_thread();
+        run();
+      });
   }
   return j;
 }

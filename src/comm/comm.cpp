@@ -9,6 +9,9 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "core/affinity.h"
+#include "core/parallel.h"
+#include "topology/affinity.h"
 #include "topology/nic.h"
 
 namespace sparrow {
@@ -58,11 +61,25 @@ void release_store(uint64_t comm_id) {
   bootstrap::end_store(comm_id);  // nobody joins a communicator this process left
 }
 
+// The CPUs sparrow's threads run on from now (topology/affinity.h); a setting that names no usable
+// CPU fails the init.
+Status bind_threads(int rank, const std::optional<topo::NicChoice>& nic) {
+  auto t = topo::this_host();
+  topo::HostTopology host = t.ok() ? t.value() : topo::HostTopology{};
+  if (host.allowed.empty()) host.allowed = allowed_cpus();
+  SPARROW_ASSIGN_OR_RETURN(topo::ThreadCpus tc, topo::choose_thread_cpus(host, nic, topo::cpu_affinity_setting()));
+  affinity::set_cpus(tc.cpus);
+  SPARROW_INFO("rank %d: %s", rank, tc.why.c_str());
+  return Status::Ok();
+}
+
 // The address this rank listens on: the user's, else the NIC nearest its NUMA node (topology/nic.h).
 Result<std::string> listen_address(int rank) {
   std::string why;
-  SPARROW_ASSIGN_OR_RETURN(std::string host, topo::listen_address(&why));
+  std::optional<topo::NicChoice> nic;
+  SPARROW_ASSIGN_OR_RETURN(std::string host, topo::listen_address(&why, &nic));
   SPARROW_INFO("rank %d listens on %s", rank, why.c_str());
+  SPARROW_RETURN_IF_ERROR(bind_threads(rank, nic));
   return host;
 }
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/affinity.h"
 #include "core/params.h"
 
 namespace sparrow {
@@ -31,6 +32,8 @@ std::vector<int> allowed_cpus() {
 int kernel_threads() {
   int64_t t = kThreads.get();
   if (t > 0) return static_cast<int>(t);
+  // Workers run on the CPUs SPARROW_CPU_AFFINITY chose for sparrow's threads, when it chose some.
+  if (size_t n = affinity::cpus().size(); n > 0) return static_cast<int>(n);
   // The calling thread's CPU set, not the machine's: a rank that mpirun bound to one core (its default
   // for two ranks on a node) would otherwise run a worker per core of the machine on that one core.
   if (size_t n = allowed_cpus().size(); n > 0) return static_cast<int>(n);
@@ -51,6 +54,7 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>&
   std::mutex mu;
   std::exception_ptr first;
   auto work = [&](int w) {
+    if (w > 0) affinity::bind_this_thread();  // (worker 0 is the caller's thread: never bound)
     try {
       for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i, w);
     } catch (...) {

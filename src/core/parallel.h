@@ -11,8 +11,9 @@ namespace sparrow {
 // The CPUs (OS indexes) the calling thread may run on: its affinity mask; empty if unknown.
 std::vector<int> allowed_cpus();
 
-// Threads used by CPU kernels: SPARROW_THREADS, or when 0 (the default) the CPUs the calling thread
-// may run on (its affinity mask: what mpirun's --bind-to, taskset or a cgroup's cpuset left it).
+// Threads used by CPU kernels: SPARROW_THREADS, or when 0 (the default) the CPUs sparrow's threads
+// were bound to (core/affinity.h), else the CPUs the calling thread may run on (its affinity mask:
+// what mpirun's --bind-to, taskset or a cgroup's cpuset left it).
 int kernel_threads();
 
 // Calls fn(i, worker) for every i in [0, n) on up to `threads` threads (the caller's thread is one of

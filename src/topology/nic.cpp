@@ -56,10 +56,9 @@ std::optional<NicChoice> choose_nic(const HostTopology& t, const std::vector<tra
   return c;
 }
 
-namespace {
 // discover(), once per SPARROW_TOPO_FILE value in this process: the host does not change between
 // communicators, and loading a large machine's topology takes a while.
-Result<HostTopology> discovered() {
+Result<HostTopology> this_host() {
   static std::mutex mu;
   static std::map<std::string, Result<HostTopology>> cache;
   auto file = params::value_of("TOPO_FILE");
@@ -69,20 +68,34 @@ Result<HostTopology> discovered() {
   if (it == cache.end()) it = cache.emplace(key, discover()).first;
   return it->second;
 }
+
+namespace {
+// The NIC hwloc lists behind `address` (a named one), when it does.
+std::optional<NicChoice> nic_holding(const std::string& address) {
+  auto t = this_host();
+  auto up = transport::net::ipv4_interfaces();
+  if (!t.ok() || !up.ok()) return std::nullopt;
+  for (const auto& i : up.value())
+    for (const Nic& n : t.value().nics)
+      if (i.address == address && i.name == n.name) return NicChoice{n, address, -1, {}, "named"};
+  return std::nullopt;
+}
 }  // namespace
 
-Result<std::string> listen_address(std::string* why) {
+Result<std::string> listen_address(std::string* why, std::optional<NicChoice>* nic) {
   const bool named = transport::net::address_named();
   if (!named) {
-    auto t = discovered();
+    auto t = this_host();
     auto up = transport::net::ipv4_interfaces();
     if (t.ok() && up.ok())
       if (auto c = choose_nic(t.value(), up.value())) {
         if (why) *why = c->why;
+        if (nic) *nic = c;
         return c->address;
       }
   }
   SPARROW_ASSIGN_OR_RETURN(std::string a, transport::net::local_host());
+  if (nic && named) *nic = nic_holding(a);
   if (why)
     *why = named ? "address " + a + " (SPARROW_SOCKET_ADDR or SPARROW_SOCKET_IFNAME)"
                  : "address " + a + " (the first non-loopback interface: hwloc lists none of this host's interfaces)";

@@ -32,6 +32,9 @@ std::optional<NicChoice> choose_nic(const HostTopology& t, const std::vector<tra
 // The address a rank should listen on: SPARROW_SOCKET_ADDR / SPARROW_SOCKET_IFNAME when set
 // (transport::net::local_host()), else choose_nic() on this host, else local_host()'s default.
 // `why` (optional) gets the line sparrow logs at INFO.
-Result<std::string> listen_address(std::string* why = nullptr);
+// `nic` (optional) gets the NIC behind the address when hwloc lists it (chosen, or the named one).
+Result<std::string> listen_address(std::string* why = nullptr, std::optional<NicChoice>* nic = nullptr);
+// This host's topology (discover()), read once per SPARROW_TOPO_FILE value in the process.
+Result<HostTopology> this_host();
 
 }  // namespace sparrow::topo

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "core/affinity.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "format/block_sum.h"
@@ -417,6 +418,7 @@ Status ApplySession::begin(std::span<const uint8_t> header_frame) {
   if (im_->opt.verify_base && !im_->h.full()) {
     Impl* im = im_.get();
     im->verifier = std::thread([im] {
+      affinity::bind_this_thread();
       im->base = verify_base_contents(im->h, im->targets, *im->state, im->dev, im->on_dev, im->threads);
     });
   }

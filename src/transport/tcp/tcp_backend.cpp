@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/affinity.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/auth.h"
@@ -405,6 +406,7 @@ Status TcpBackend::start() {
   auto running = std::make_shared<std::promise<void>>();  // the thread keeps it alive as long as it needs it
   std::future<void> ran = running->get_future();
   thread_ = std::thread([this, running] {
+    affinity::bind_this_thread();
     running->set_value();
     loop();
   });

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/affinity.h"
 #include "core/log.h"
 #include "transport/auth.h"
 #include "transport/seal.h"
@@ -226,7 +227,10 @@ Status UcxBackend::start() {
     if ((st = ucp_worker_set_am_recv_handler(worker_, &hp)) != UCS_OK)
       return Error(Code::kSystemError, std::string("ucx: am handler: ") + ucs_status_string(st));
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    affinity::bind_this_thread();
+    loop();
+  });
   return Status::Ok();
 }
 

@@ -1,0 +1,66 @@
+#include "core/affinity.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace sparrow::affinity {
+namespace {
+std::mutex mu;
+std::vector<int>& chosen() {
+  static std::vector<int> v;
+  return v;
+}
+
+Result<int> cpu_number(const std::string& s, const std::string& whole) {
+  if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
+    return InvalidArgument("'" + whole + "' is not a CPU list (like 0-3,8): '" + s + "' is not a CPU number");
+  const int c = std::stoi(s);
+  if (c >= CPU_SETSIZE) return InvalidArgument("'" + whole + "': CPU " + s + " is past the last this system can name");
+  return c;
+}
+}  // namespace
+
+void set_cpus(std::vector<int> cpus) {
+  std::lock_guard<std::mutex> lk(mu);
+  chosen() = std::move(cpus);
+}
+
+std::vector<int> cpus() {
+  std::lock_guard<std::mutex> lk(mu);
+  return chosen();
+}
+
+void bind_this_thread() {
+  const std::vector<int> v = cpus();
+  if (v.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : v) CPU_SET(c, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+Result<std::vector<int>> parse_cpu_list(const std::string& s) {
+  std::vector<int> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    const std::string part = s.substr(b, e - b);
+    const size_t dash = part.find('-');
+    SPARROW_ASSIGN_OR_RETURN(int lo, cpu_number(part.substr(0, dash), s));
+    int hi = lo;
+    if (dash != std::string::npos) {
+      SPARROW_ASSIGN_OR_RETURN(hi, cpu_number(part.substr(dash + 1), s));
+    }
+    if (hi < lo) return InvalidArgument("'" + s + "': the range " + part + " runs backwards");
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+    b = e + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace sparrow::affinity

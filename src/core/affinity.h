@@ -1,0 +1,22 @@
+// The CPUs sparrow's own threads run on (SPARROW_CPU_AFFINITY; the choice is topology/affinity.h's):
+// the transport's progress threads, the encoder and apply worker pools, a staged step's receiver and
+// the base verifier bind themselves to them when they start. The caller's threads are never bound.
+// One set per process: the last communicator made chooses it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sparrow::affinity {
+
+void set_cpus(std::vector<int> cpus);  // empty: sparrow's threads are not bound
+std::vector<int> cpus();
+// Binds the calling thread (one sparrow started) to cpus(); nothing when they are empty or the call
+// fails (a CPU that went offline): the thread then runs where the scheduler puts it.
+void bind_this_thread();
+// "0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11}; kInvalidArgument naming what is wrong.
+Result<std::vector<int>> parse_cpu_list(const std::string& s);
+
+}  // namespace sparrow::affinity

@@ -1,0 +1,67 @@
+// sparrow's own threads bound to the CPUs chosen for them: the worker pool's threads (not the
+// caller's), the pool's size, and CPU lists as users write them.
+#include "core/affinity.h"
+
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "core/parallel.h"
+
+namespace sparrow::affinity {
+namespace {
+
+std::vector<int> this_threads_cpus() {
+  std::vector<int> v;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return v;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) v.push_back(c);
+  return v;
+}
+
+TEST(Affinity, CpuListsAsUsersWriteThem) {
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11").value(), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("5,1,1-2").value(), (std::vector<int>{1, 2, 5}));
+  for (const char* bad : {"", "a", "1-", "-1", "3-1", "1,,2", "1.5", "99999999"}) {
+    auto r = parse_cpu_list(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Affinity, ThePoolsThreadsRunOnTheChosenCpusAndTheCallerStaysAsItWas) {
+  const std::vector<int> mine = this_threads_cpus();
+  ASSERT_FALSE(mine.empty());
+  set_cpus({mine.back()});
+  EXPECT_EQ(kernel_threads(), 1) << "the pool is sized by the chosen CPUs";
+  std::vector<std::vector<int>> seen(2);
+  auto both_workers = [&] {  // two items, each held until the other started: one per thread
+    std::atomic<int> arrived{0};
+    std::mutex mu;
+    parallel_for(2, 2, [&](size_t, int w) {
+      auto c = this_threads_cpus();
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        seen[size_t(w)] = c;
+      }
+      arrived++;
+      for (int i = 0; i < 5000 && arrived < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  };
+  both_workers();
+  EXPECT_EQ(seen[1], std::vector<int>{mine.back()}) << "a worker the pool started is bound";
+  EXPECT_EQ(this_threads_cpus(), mine) << "the caller's thread is never bound";
+  EXPECT_EQ(seen[0], mine);
+  set_cpus({});
+  EXPECT_EQ(kernel_threads(), int(mine.size()));
+  both_workers();
+  EXPECT_EQ(seen[1], mine) << "unbound again";
+}
+
+}  // namespace
+}  // namespace sparrow::affinity
