@@ -453,3 +453,60 @@ def test_a_worker_killed_mid_step_on_an_elastic_communicator_leaves_the_engine_b
         for step in (2, 3):
             assert f"rank {r} step {step} version {step} exact True members [0, 1, 2]" in outs[r], outs[r]
     assert "rank 0 step 3 version 3" in outs[0] and "members [0, 1, 2]" in outs[0], outs[0]
+
+
+# A source that dies during a step, as processes on a fixed communicator: source 0 has sent its rows
+# of version 2 when source 1 is killed instead of sending its own. The workers' step fails (the dead
+# rank named) and their tensors still hold version 1, bit for bit: never a mix of versions.
+SOURCE_KILLED = """
+    import os, signal, sys, torch, sparrow
+    from sparrow import layouts
+    cfg = dict(hidden_size=128, num_heads=8, num_kv_heads=2, intermediate_size=256, vocab_size=512,
+               num_layers=2, qkv_bias=True)
+    rank = int(os.environ["RANK"])
+    comm = sparrow.Communicator.from_env(timeout=60)
+    g = torch.Generator().manual_seed(9)
+    logical = {n: (torch.randn(s, generator=g) * 0.02).to(torch.bfloat16)
+               for n, s in layouts.logical_shapes(**cfg).items()}
+    if rank < 2:
+        tensors, layout = [], {}
+        for n, t in logical.items():
+            lo, hi = rank * t.shape[0] // 2, (rank + 1) * t.shape[0] // 2
+            tensors.append((f"{n}#{rank}", t[lo:hi]))
+            layout[f"{n}#{rank}"] = [sparrow.Piece(n, 0, lo, hi)]
+    elif rank == 2:
+        shapes, layout = layouts.decoder(**cfg, tp_rank=0, tp_size=2)
+        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
+    else:
+        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
+    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=[0, 1])
+    sync.step()
+    held = [t.clone() for _, t in tensors]
+    for i, t in enumerate(logical.values()):
+        t.view(torch.int16).view(-1)[i % 31::31] += 1  # version 2 (every rank's copy: the sources' rows)
+    if rank == 1:
+        print("rank 1 dies instead of sending its rows", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        sync.step()
+        print(f"rank {rank} step 2 ok", flush=True)
+    except sparrow.Error as e:
+        same = all(torch.equal(t.view(torch.int16), h.view(torch.int16)) for (_, t), h in zip(tensors, held))
+        print(f"rank {rank} step 2 raised {type(e).__name__}: {e}; tensors hold version 1: {same}", flush=True)
+"""
+
+
+def test_a_source_killed_during_a_step_leaves_the_workers_on_the_old_version():
+    from conftest import run_ranks_as_scripts
+    import os
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    envs = [dict(os.environ, RANK=str(r), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 SPARROW_TIMEOUT_S="30") for r in range(4)]
+    outs = run_ranks_as_scripts(SOURCE_KILLED, envs, timeout=180)
+    assert "rank 1 dies" in outs[1], outs[1]
+    for r in (2, 3):
+        assert f"rank {r} step 2 raised" in outs[r] and "tensors hold version 1: True" in outs[r], outs[r]
+        assert "rank 1" in outs[r].split("raised", 1)[1], outs[r]  # the dead source is named

@@ -70,14 +70,17 @@ Result<HostTopology> this_host() {
 }
 
 namespace {
-// The NIC hwloc lists behind `address` (a named one), when it does.
+// The NIC hwloc lists behind `address` (a named one), when it does. A loopback address has none:
+// the host's topology is not read for it.
 std::optional<NicChoice> nic_holding(const std::string& address) {
-  auto t = this_host();
   auto up = transport::net::ipv4_interfaces();
-  if (!t.ok() || !up.ok()) return std::nullopt;
-  for (const auto& i : up.value())
-    for (const Nic& n : t.value().nics)
-      if (i.address == address && i.name == n.name) return NicChoice{n, address, -1, {}, "named"};
+  if (!up.ok()) return std::nullopt;
+  for (const auto& i : up.value()) {
+    if (i.address != address || i.loopback) continue;
+    auto t = this_host();
+    for (const Nic& n : t.ok() ? t.value().nics : std::vector<Nic>{})
+      if (i.name == n.name) return NicChoice{n, address, -1, {}, "named"};
+  }
   return std::nullopt;
 }
 }  // namespace

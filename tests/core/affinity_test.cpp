@@ -3,7 +3,6 @@
 #include "core/affinity.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,14 +14,8 @@
 namespace sparrow::affinity {
 namespace {
 
-std::vector<int> this_threads_cpus() {
-  std::vector<int> v;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return v;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) v.push_back(c);
-  return v;
-}
+// The calling thread's CPUs (allowed_cpus() reads this thread's mask).
+std::vector<int> this_threads_cpus() { return allowed_cpus(); }
 
 TEST(Affinity, CpuListsAsUsersWriteThem) {
   EXPECT_EQ(parse_cpu_list("0-3,8,10-11").value(), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));

@@ -11,22 +11,17 @@
 
 #include "core/affinity.h"
 #include "core/params.h"
+#include "topology/two_socket.h"
 #include "harness/comm_harness.h"
 
 namespace sparrow::topo {
 namespace {
 
-const std::string kTwoSocket = std::string(SPARROW_SOURCE_DIR) + "/tests/topology/data/two_socket.xml";
+using fixtures::two_socket;
+
 const std::vector<transport::net::Interface> kUp = {{"ens1f0", "10.0.0.1", false}, {"ens2f0", "10.1.0.1", false}};
 
 #if SPARROW_HAVE_HWLOC
-HostTopology two_socket(std::vector<int> allowed) {
-  auto t = discover(kTwoSocket);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  HostTopology h = t.value();
-  h.allowed = std::move(allowed);
-  return h;
-}
 
 TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
   HostTopology t = two_socket({0, 1, 2, 3, 4, 5, 6, 7});

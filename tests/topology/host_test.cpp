@@ -8,11 +8,12 @@
 #include <string>
 
 #include "core/params.h"
+#include "topology/two_socket.h"
 
 namespace sparrow::topo {
 namespace {
 
-const std::string kTwoSocket = std::string(SPARROW_SOURCE_DIR) + "/tests/topology/data/two_socket.xml";
+using fixtures::kTwoSocket;
 
 const Nic* nic(const HostTopology& t, const std::string& name) {
   for (const Nic& n : t.nics)

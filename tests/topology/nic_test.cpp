@@ -7,24 +7,19 @@
 #include <string>
 
 #include "core/params.h"
+#include "topology/two_socket.h"
 
 namespace sparrow::topo {
 namespace {
 
-const std::string kTwoSocket = std::string(SPARROW_SOURCE_DIR) + "/tests/topology/data/two_socket.xml";
+using fixtures::two_socket;
+
 
 using Ifs = std::vector<transport::net::Interface>;
 const Ifs kUp = {{"lo", "127.0.0.1", true}, {"ens1f0", "10.0.0.1", false}, {"ens2f0", "10.1.0.1", false},
                  {"eth9", "10.2.0.1", false}};
 
 #if SPARROW_HAVE_HWLOC
-HostTopology two_socket(std::vector<int> allowed) {
-  auto t = discover(kTwoSocket);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  HostTopology h = t.value();
-  h.allowed = std::move(allowed);
-  return h;
-}
 
 TEST(NicChoice, TheNicOnTheThreadsNumaNode) {
   auto c = choose_nic(two_socket({0, 1}), kUp);
