@@ -167,7 +167,7 @@ static int print_topology(bool json) {
   int numa = -1;
   for (const auto& n : t.value().nics)
     if (n.name == ifname) numa = n.numa;
-  auto cpus = topo::choose_thread_cpus(t.value(), nic, topo::cpu_affinity_setting());
+  auto cpus = topo::choose_thread_cpus(t.value().allowed, nic, topo::cpu_affinity_setting());
   if (cpus.ok()) affinity::set_cpus(cpus->cpus);  // as a communicator would: kernel_threads() counts them
   if (json) {
     printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d,"

@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "collectives/elastic.h"
-#include "core/affinity.h"
 #include "collectives/sparse/sparse_op.h"
 #include "collectives/sparse/stage.h"
+#include "core/affinity.h"
 
 namespace sparrow::coll {
 
@@ -69,17 +69,17 @@ Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root) {
 Status sparse_stage_parts(Engine& e, const std::vector<StagePart>& parts) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
   if (parts.empty()) return Error(Code::kInvalidArgument, "nothing to stage");
+  for (const StagePart& p : parts)  // (before any operation takes its number)
+    if (p.root == e.rank()) return Error(Code::kInvalidUsage, "a rank stages only operations it receives");
   auto so = std::make_shared<StagedOp>();
   for (const StagePart& p : parts) {
-    if (p.root == e.rank()) return Error(Code::kInvalidUsage, "a rank stages only operations it receives");
     SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, p.bufs, p.root, p.participants.empty() ? nullptr : &p.participants));
     so->ops.push_back(std::move(op));
     so->rx.push_back(std::make_unique<SparseSink>(e, p.bufs, p.root, so->ops.back()));
   }
   so->received.resize(parts.size());
   StagedOp* raw = so.get();
-  so->worker = std::thread([raw] {
-    affinity::bind_this_thread();
+  so->worker = affinity::thread([raw] {
     for (size_t k = 0; k < raw->rx.size(); ++k) raw->received[k] = raw->rx[k]->receive();
     raw->done.store(true);
   });

@@ -28,11 +28,7 @@ std::unique_ptr<DecodeWorker::Job> DecodeWorker::start(kernels::cpu::ApplySessio
   std::lock_guard<std::mutex> lk(mu_);
   if (sess && threads_.empty()) {
     const int n = std::clamp(kernel_threads(), 1, kMaxThreads);
-    for (int i = 0; i < n; ++i)
-      threads_.emplace_back([this] {
-        affinity::bind_this_thread();
-        run();
-      });
+    for (int i = 0; i < n; ++i) threads_.push_back(affinity::thread([this] { run(); }));
   }
   return j;
 }

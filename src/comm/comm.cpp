@@ -7,10 +7,10 @@
 #include <map>
 #include <mutex>
 
-#include "core/log.h"
-#include "core/params.h"
 #include "core/affinity.h"
+#include "core/log.h"
 #include "core/parallel.h"
+#include "core/params.h"
 #include "topology/affinity.h"
 #include "topology/nic.h"
 
@@ -64,9 +64,8 @@ void release_store(uint64_t comm_id) {
 // The CPUs sparrow's threads run on from now (topology/affinity.h); a setting that names no usable
 // CPU fails the init.
 Status bind_threads(int rank, const std::optional<topo::NicChoice>& nic) {
-  topo::HostTopology host;  // what the choice needs: the process's mask (the NIC's CPUs come with `nic`)
-  host.allowed = allowed_cpus();
-  SPARROW_ASSIGN_OR_RETURN(topo::ThreadCpus tc, topo::choose_thread_cpus(host, nic, topo::cpu_affinity_setting()));
+  SPARROW_ASSIGN_OR_RETURN(topo::ThreadCpus tc,
+                           topo::choose_thread_cpus(allowed_cpus(), nic, topo::cpu_affinity_setting()));
   affinity::set_cpus(tc.cpus);
   SPARROW_INFO("rank %d: %s", rank, tc.why.c_str());
   return Status::Ok();

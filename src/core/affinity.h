@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -16,6 +18,14 @@ std::vector<int> cpus();
 // Binds the calling thread (one sparrow started) to cpus(); nothing when they are empty or the call
 // fails (a CPU that went offline): the thread then runs where the scheduler puts it.
 void bind_this_thread();
+// A thread of sparrow's own: it binds itself (bind_this_thread) before it runs `f`.
+template <class F>
+std::thread thread(F&& f) {
+  return std::thread([f = std::forward<F>(f)]() mutable {
+    bind_this_thread();
+    f();
+  });
+}
 // "0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11}; kInvalidArgument naming what is wrong.
 Result<std::vector<int>> parse_cpu_list(const std::string& s);
 

@@ -54,7 +54,6 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>&
   std::mutex mu;
   std::exception_ptr first;
   auto work = [&](int w) {
-    if (w > 0) affinity::bind_this_thread();  // (worker 0 is the caller's thread: never bound)
     try {
       for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i, w);
     } catch (...) {
@@ -67,7 +66,7 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>&
   pool.reserve(t - 1);
   for (int w = 1; w < t; ++w) {
     try {
-      pool.emplace_back(work, w);
+      pool.push_back(affinity::thread([&work, w] { work(w); }));  // (worker 0, the caller's thread, is not bound)
     } catch (const std::system_error&) {
       break;  // no thread to be had: the caller's thread does the rest
     }

@@ -19,32 +19,32 @@ std::vector<int> both(const std::vector<int>& a, const std::vector<int>& b) {
   return out;
 }
 
-ThreadCpus near_the_nic(const HostTopology& t, const std::optional<NicChoice>& nic) {
+ThreadCpus near_the_nic(const std::vector<int>& allowed, const std::optional<NicChoice>& nic) {
   if (!nic || nic->nic.cpus.empty())
     return {{}, "threads unbound: no NIC locality is known (hwloc lists none of this host's interfaces)"};
-  const std::vector<int> local = both(nic->nic.cpus, t.allowed);
+  const std::vector<int> local = both(nic->nic.cpus, allowed);
   if (local.empty())
     return {{}, "threads unbound: the CPUs local to " + nic->nic.name + " (" + cpu_list(nic->nic.cpus) +
-                    ") are all outside this process's mask (" + cpu_list(t.allowed) + ")"};
-  if (local.size() == t.allowed.size())
+                    ") are all outside this process's mask (" + cpu_list(allowed) + ")"};
+  if (local.size() == allowed.size())
     return {local, "threads on CPUs " + cpu_list(local) + ": this process's whole mask, all local to " + nic->nic.name};
   return {local, "threads on CPUs " + cpu_list(local) + ", local to " + nic->nic.name + " (of this process's " +
-                     cpu_list(t.allowed) + ")"};
+                     cpu_list(allowed) + ")"};
 }
 }  // namespace
 
 std::string cpu_affinity_setting() { return kAffinity.get(); }
 
-Result<ThreadCpus> choose_thread_cpus(const HostTopology& t, const std::optional<NicChoice>& nic,
+Result<ThreadCpus> choose_thread_cpus(const std::vector<int>& allowed, const std::optional<NicChoice>& nic,
                                       const std::string& setting) {
   if (setting == "none") return ThreadCpus{{}, "threads unbound (SPARROW_CPU_AFFINITY=none)"};
-  if (setting == "auto" || setting.empty()) return near_the_nic(t, nic);
+  if (setting == "auto" || setting.empty()) return near_the_nic(allowed, nic);
   auto listed = affinity::parse_cpu_list(setting);
   if (!listed.ok()) return Status(listed.status()).context("SPARROW_CPU_AFFINITY");
-  const std::vector<int> cpus = t.allowed.empty() ? listed.value() : both(listed.value(), t.allowed);
+  const std::vector<int> cpus = allowed.empty() ? listed.value() : both(listed.value(), allowed);
   if (cpus.empty())
     return InvalidArgument("SPARROW_CPU_AFFINITY=" + setting + ": none of these CPUs is one this process may use (" +
-                           cpu_list(t.allowed) + ")");
+                           cpu_list(allowed) + ")");
   return ThreadCpus{cpus, "threads on CPUs " + cpu_list(cpus) + " (SPARROW_CPU_AFFINITY=" + setting + ")"};
 }
 

@@ -20,10 +20,10 @@ struct ThreadCpus {
   std::string why;        // one line, logged at INFO by every rank
 };
 
-// The choice for `setting` (SPARROW_CPU_AFFINITY's value) on host `t` (t.allowed: the process's
-// mask), with the NIC choice when one was made. kInvalidArgument for a list that is malformed or
-// names no allowed CPU.
-Result<ThreadCpus> choose_thread_cpus(const HostTopology& t, const std::optional<NicChoice>& nic,
+// The choice for `setting` (SPARROW_CPU_AFFINITY's value) for a process that may run on `allowed`
+// (its mask; empty: unknown), with the NIC choice when one was made (its local CPUs). kInvalidArgument
+// for a list that is malformed or names no allowed CPU.
+Result<ThreadCpus> choose_thread_cpus(const std::vector<int>& allowed, const std::optional<NicChoice>& nic,
                                       const std::string& setting);
 // SPARROW_CPU_AFFINITY's value.
 std::string cpu_affinity_setting();

@@ -24,7 +24,7 @@ const std::vector<transport::net::Interface> kUp = {{"ens1f0", "10.0.0.1", false
 #if SPARROW_HAVE_HWLOC
 
 TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
-  HostTopology t = two_socket({0, 1, 2, 3, 4, 5, 6, 7});
+  const std::vector<int> t = {0, 1, 2, 3, 4, 5, 6, 7};
   auto nic = choose_nic(two_socket({0, 1}), kUp);  // a thread on node 0: ens1f0, local CPUs 0-3
   ASSERT_TRUE(nic.has_value());
   auto c = choose_thread_cpus(t, nic, "auto");
@@ -32,11 +32,11 @@ TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
   EXPECT_EQ(c->cpus, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_NE(c->why.find("local to ens1f0"), std::string::npos) << c->why;
   // A restricted inherited mask (mpirun --bind-to, taskset) wins: only its NIC-local part.
-  c = choose_thread_cpus(two_socket({2, 3, 4, 5}), nic, "auto");
+  c = choose_thread_cpus({2, 3, 4, 5}, nic, "auto");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->cpus, (std::vector<int>{2, 3}));
   // A cgroup-like mask with no CPU local to the NIC: left unbound, and said why.
-  c = choose_thread_cpus(two_socket({4, 5}), nic, "auto");
+  c = choose_thread_cpus({4, 5}, nic, "auto");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->cpus.empty());
   EXPECT_NE(c->why.find("outside this process's mask (4-5)"), std::string::npos) << c->why;
@@ -44,8 +44,7 @@ TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
 #endif
 
 TEST(ThreadCpus, NoLocalityNoneAndListsAsTheUserWrites) {
-  HostTopology t;
-  t.allowed = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<int> t = {0, 1, 2, 3, 4, 5, 6, 7};
   auto c = choose_thread_cpus(t, std::nullopt, "auto");  // a VM whose NIC hwloc does not list
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->cpus.empty());

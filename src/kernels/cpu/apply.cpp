@@ -417,8 +417,7 @@ Status ApplySession::begin(std::span<const uint8_t> header_frame) {
   im_->have_header = true;
   if (im_->opt.verify_base && !im_->h.full()) {
     Impl* im = im_.get();
-    im->verifier = std::thread([im] {
-      affinity::bind_this_thread();
+    im->verifier = affinity::thread([im] {
       im->base = verify_base_contents(im->h, im->targets, *im->state, im->dev, im->on_dev, im->threads);
     });
   }

@@ -405,8 +405,7 @@ Status TcpBackend::start() {
   // (the "make the id, then fork the workers" pattern) never copies a lock that start-up held.
   auto running = std::make_shared<std::promise<void>>();  // the thread keeps it alive as long as it needs it
   std::future<void> ran = running->get_future();
-  thread_ = std::thread([this, running] {
-    affinity::bind_this_thread();
+  thread_ = affinity::thread([this, running] {
     running->set_value();
     loop();
   });

@@ -227,10 +227,7 @@ Status UcxBackend::start() {
     if ((st = ucp_worker_set_am_recv_handler(worker_, &hp)) != UCS_OK)
       return Error(Code::kSystemError, std::string("ucx: am handler: ") + ucs_status_string(st));
   }
-  thread_ = std::thread([this] {
-    affinity::bind_this_thread();
-    loop();
-  });
+  thread_ = affinity::thread([this] { loop(); });
   return Status::Ok();
 }
 
