@@ -3,12 +3,17 @@
 change, ranks as threads, and ranks as processes on an emulated network (wanemu), one per host."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import threading
 
 import torch
+
+# The SparrowRL-format ablation's settings: its format (leb128 index, raw values), its static
+# two-level tree and 4 TCP streams per peer, as its paper ran.
+ABLATION = {"SPARROW_CODEC": "paper", "SPARROW_NSTREAMS": "4", "SPARROW_ALGO": "two_level"}
 
 
 def mutate(tensors, density, g):
@@ -70,3 +75,16 @@ def run_emulated(wanemu, scenario, script, args, nranks):
         if subprocess.run(cmd, env=env).returncode != 0:
             raise SystemExit(f"the emulated run failed: {' '.join(cmd)}")
         return [json.load(open(os.path.join(d, f"{r}.json"))) for r in range(nranks)]
+
+
+def scenario_with_first(base, first, path):
+    """BASE written to `path` with its first host holding `first` ranks and every other host one (a
+    host without a count is one rank); returns the number of ranks."""
+    parts = re.split(r"(?m)^(?=\[\[host\]\])", open(base).read())
+    out = [parts[0]]
+    for i, h in enumerate(parts[1:]):
+        h = re.sub(r"(?m)^count\s*=.*\n", "", h)
+        out.append(h.replace("[[host]]\n", f"[[host]]\ncount = {first}\n", 1) if i == 0 and first != 1 else h)
+    with open(path, "w") as f:
+        f.write("".join(out))
+    return len(parts) - 2 + first

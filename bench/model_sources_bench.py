@@ -19,7 +19,6 @@ broadcast from rank 0, and each times its step from there.
 """
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -34,10 +33,8 @@ import sparrow  # noqa: E402
 from sparrow import layouts  # noqa: E402
 
 sys.path.insert(0, HERE)
-from model_bench_common import emulated_rank, mutate, run_emulated, run_threads, write_rows  # noqa: E402
-
-ABLATION = {"SPARROW_CODEC": "paper", "SPARROW_NSTREAMS": "4", "SPARROW_ALGO": "two_level"}
-
+from model_bench_common import (ABLATION, emulated_rank, mutate, run_emulated, run_threads,  # noqa: E402
+                                scenario_with_first, write_rows)
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,23 +171,10 @@ def emulated_host(a):
     write_rows(a.out_dir, r, rows)
 
 
-def scenario_for(base, nsrc, path):
-    """BASE with its first host holding nsrc ranks (the sources) and every other host one (a worker)."""
-    text = open(base).read()
-    parts = re.split(r"(?m)^(?=\[\[host\]\])", text)
-    out = [parts[0]]
-    for i, h in enumerate(parts[1:]):
-        h = re.sub(r"(?m)^count\s*=.*\n", "", h)
-        out.append(h.replace("[[host]]\n", f"[[host]]\ncount = {nsrc if i == 0 else 1}\n", 1))
-    with open(path, "w") as f:
-        f.write("".join(out))
-    return len(parts) - 1 - 1 + nsrc  # ranks
-
-
 def run_scenario(a, nsrc):
     with tempfile.TemporaryDirectory() as d:
         scen = os.path.join(d, "scenario.toml")
-        n = scenario_for(a.scenario, nsrc, scen)
+        n = scenario_with_first(a.scenario, nsrc, scen)
         args = ["--as-host", str(nsrc), "--sources", str(nsrc)]
         for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density"):
             args += [f"--{k}", str(getattr(a, k))]

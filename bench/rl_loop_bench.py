@@ -29,7 +29,6 @@ import datetime
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import tempfile
@@ -43,10 +42,9 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import sparrow  # noqa: E402
-from model_bench_common import run_emulated  # noqa: E402
+from model_bench_common import ABLATION, run_emulated, scenario_with_first  # noqa: E402
 
 MODES = ("sparrow", "blocking", "dense", "paper", "ideal")
-ABLATION = {"SPARROW_CODEC": "paper", "SPARROW_NSTREAMS": "4", "SPARROW_ALGO": "two_level"}
 VOCAB = 259
 STORE_PORT = 29541  # on the trainer's emulated host (its own namespace)
 TEXT = "/usr/share/common-licenses/GPL-3"
@@ -359,11 +357,8 @@ def host_args(a, mode):
 
 
 def one_per_region(base, path):
-    """The scenario with every host taken once."""
-    text = re.sub(r"(?m)^count\s*=.*\n", "", open(base).read())
-    with open(path, "w") as f:
-        f.write(text)
-    return len(re.findall(r"(?m)^\[\[host\]\]", text))
+    """The scenario with every host taken once; the number of hosts."""
+    return scenario_with_first(base, 1, path)
 
 
 def run_ideal(a, n):

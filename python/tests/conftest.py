@@ -1,6 +1,7 @@
 """Shared helpers: ranks as Python threads (the GIL is released in every sparrow call), settings for
 loopback, and the path of the package under test (build tree unless SPARROW_PYTHONPATH says)."""
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,21 @@ def ranks():
     yield make
     for r in made:
         r.close()
+
+
+def free_port():
+    """A TCP port on loopback that was free a moment ago (a MASTER_PORT for ranks started as processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_envs(n, **extra):
+    """The environments of n ranks started as processes (RANK, WORLD_SIZE), meeting at a fresh
+    MASTER_PORT on loopback; `extra` is added to each."""
+    port = free_port()
+    return [dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra)
+            for r in range(n)]
 
 
 def run_script(body, env=None, timeout=120):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import sparrow
-from conftest import PKG, run_ranks, run_ranks_as_scripts, run_script
+from conftest import PKG, free_port, run_ranks, run_ranks_as_scripts, run_script
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup.sh installs python3-torch)")
 
@@ -262,12 +262,6 @@ WORKER = textwrap.dedent("""
     print(f"rank {comm.rank} members {comm.members()}", flush=True)
     comm.destroy()
 """)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(n, steps, extra_env=None):

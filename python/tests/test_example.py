@@ -1,13 +1,12 @@
 """The PyTorch training-loop example end to end: real AdamW steps, processes, bit-exact workers."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import PKG, ROOT
+from conftest import PKG, ROOT, free_port
 
 pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup.sh installs python3-torch)")
 
@@ -42,9 +41,7 @@ def test_bad_arguments_are_usage_errors(args, msg):
 
 @pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun is not installed")
 def test_training_loop_under_mpirun():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "--mca", "btl", "self,tcp",
            "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", "-x", f"MASTER_PORT={port}",
            "-x", "SPARROW_SOCKET_IFNAME=lo", "-x", f"PYTHONPATH={PKG}", "-x", "SPARROW_NO_BUILD_TREE=1",

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import run_ranks
+from conftest import rank_envs, run_ranks, run_ranks_as_scripts
 
 import sparrow
 from sparrow import layouts
@@ -438,15 +438,7 @@ KILLED_MID_STEP = """
 
 
 def test_a_worker_killed_mid_step_on_an_elastic_communicator_leaves_the_engine_bit_exact():
-    from conftest import run_ranks_as_scripts
-    import os
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    envs = [dict(os.environ, RANK=str(r), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            for r in range(4)]
-    outs = run_ranks_as_scripts(KILLED_MID_STEP, envs, timeout=240)
+    outs = run_ranks_as_scripts(KILLED_MID_STEP, rank_envs(4), timeout=240)
     assert "ready: False" in outs[3], outs[3]  # it died mid-step: the version had not all arrived
     for r in (1, 2):
         assert f"rank {r} step 1 version 1 exact True members [0, 1, 2" in outs[r], outs[r]  # (3 maybe not yet dropped)
@@ -497,15 +489,7 @@ SOURCE_KILLED = """
 
 
 def test_a_source_killed_during_a_step_leaves_the_workers_on_the_old_version():
-    from conftest import run_ranks_as_scripts
-    import os
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    envs = [dict(os.environ, RANK=str(r), WORLD_SIZE="4", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                 SPARROW_TIMEOUT_S="30") for r in range(4)]
-    outs = run_ranks_as_scripts(SOURCE_KILLED, envs, timeout=180)
+    outs = run_ranks_as_scripts(SOURCE_KILLED, rank_envs(4, SPARROW_TIMEOUT_S="30"), timeout=180)
     assert "rank 1 dies" in outs[1], outs[1]
     for r in (2, 3):
         assert f"rank {r} step 2 raised" in outs[r] and "tensors hold version 1: True" in outs[r], outs[r]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import PKG, run_ranks_as_scripts, run_script
+from conftest import PKG, free_port, run_ranks_as_scripts, run_script
 from sparrow import rendezvous
 
 BROADCAST = """
@@ -25,12 +25,6 @@ BROADCAST = """
     print("rank", comm.rank, "ok", bool((a == np.arange(1000, dtype=np.float32)).all()), flush=True)
     comm.destroy()
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -108,6 +108,17 @@ void expect_projection(const std::vector<Held>& root, const std::vector<Held>& w
     }
 }
 
+// Polls sparrowStageQuery until the staged step is ready, for at most `ms` milliseconds; false when a
+// query failed.
+bool staged_ready(sparrowComm_t c, int ms) {
+  int ready = 0;
+  for (int i = 0; i < ms && !ready; ++i) {
+    if (sparrowStageQuery(c, &ready) != sparrowSuccess) return false;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 unsigned long long version_of(sparrowModel_t m) {
   unsigned long long v = ~0ull;
   EXPECT_EQ(sparrowModelGetVersion(m, &v), sparrowSuccess);
@@ -196,11 +207,7 @@ TEST(ModelSync, StagedStepLeavesPiecesReadableUntilTheCommit) {
   auto rc = comms.run([&](int r) {
     sparrowResult_t s = sparrowModelStage(m[r]);
     if (s != sparrowSuccess || r == 0) return s;
-    int ready = 0;
-    for (int i = 0; i < 10000 && !ready; ++i) {
-      sparrowStageQuery(comms.c[r], &ready);
-      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    staged_ready(comms.c[r], 10000);
     if (r == 1)
       for (size_t i = 0; i < old.size(); ++i)
         if (held[1][i].data != old[i].data) return sparrowInternalError;  // written before the commit
@@ -412,11 +419,7 @@ TEST(ModelSync, WithTwoSourcesAStagedStepReachesTheTensorsOnlyAtTheCommit) {
     return comms.run([&](int r) {
       sparrowResult_t s = sparrowModelStage(m[size_t(r)]);
       if (s != sparrowSuccess || r < 2) return s;
-      int ready = 0;
-      for (int i = 0; i < 20000 && !ready; ++i) {
-        if (sparrowStageQuery(comms.c[size_t(r)], &ready) != sparrowSuccess) return sparrowInternalError;
-        if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      if (!staged_ready(comms.c[size_t(r)], 20000)) return sparrowInternalError;
       const auto& old = r == 2 ? old2 : old3;
       for (size_t i = 0; i < old.size(); ++i)
         if (held[size_t(r)][i].data != old[i].data) return sparrowInternalError;  // written before the commit
