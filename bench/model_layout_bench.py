@@ -6,7 +6,8 @@ One trainer and `--tp` workers (ranks as threads, loopback), a Qwen-like decoder
 changes --density of the trainer's elements. The same run measures the workers holding the whole
 logical tensors (layout none) and the workers holding a vLLM-style tensor-parallel layout
 (fused qkv / gate_up, row-parallel o / down, padded vocabulary shards). Prints per step the
-trainer's and the slowest worker's seconds and the step's wire bytes.
+trainer's and the slowest worker's seconds, the step's wire bytes (what the trainer sent) and what the
+busiest worker received (a tensor-parallel shard receives only the rows its pieces hold).
 
 With --scenario SCEN.toml (root: the emulator's namespaces) the trainer and the workers are
 processes on an emulated WAN instead: the scenario's first host is the trainer, the next --tp hosts
@@ -134,12 +135,12 @@ def main():
     dense = sum(2 * x for s in layouts.logical_shapes(**cfg).values() for x in [torch.Size(s).numel()])
     print(f"model: {dense / 1e9:.2f} GB bf16 logical, {a.tp} workers, density {a.density}, "
           f"{os.cpu_count()} CPUs" + (f", emulated network {a.scenario}" if a.scenario else ", threads on loopback"))
-    print(f"{'layout':>8} {'step':>4} {'trainer_s':>9} {'worker_s':>9} {'wire_MB':>8}")
+    print(f"{'layout':>8} {'step':>4} {'trainer_s':>9} {'worker_s':>9} {'wire_MB':>8} {'worker_rx_MB':>12}")
     for tensored in (False, True):
         for step, row in enumerate(run_emulated_layout(a, tensored) if a.scenario else run(a, cfg, tensored)):
             worst = max(x[0] for x in row[1:])
             print(f"{'tp' + str(a.tp) if tensored else 'none':>8} {step:>4} {row[0][0]:>9.3f} {worst:>9.3f} "
-                  f"{row[0][1] / 1e6:>8.2f}", flush=True)
+                  f"{row[0][1] / 1e6:>8.2f} {max(x[1] for x in row[1:]) / 1e6:>12.2f}", flush=True)
 
 
 if __name__ == "__main__":

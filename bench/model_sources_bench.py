@@ -5,7 +5,9 @@ sending its own rows, against one worker holding the whole model (ranks as threa
 
 Per configuration and step: the slowest source's call (until its part was handed to the transport:
 extraction, encoding and queueing of its rows), the sources' encode seconds (the slowest), the
-slowest worker's call, and the wire bytes. Every step changes --density of the elements; every
+slowest worker's call, the wire bytes the sources sent, and what one worker holding the whole model
+and (emulated runs) a tensor-parallel worker received (rx_whole_MB, rx_tp_MB: a TP shard receives only
+the rows its pieces hold). Every step changes --density of the elements; every
 worker is checked bit for bit against the trainer after every step. --codec paper,auto measures the
 SparrowRL-format ablation (its leb128 index and raw values, its static two-level tree, 4 streams)
 beside sparrow in the same run.
@@ -191,7 +193,7 @@ def main():
             "worker hosts)" if a.scenario else "threads on loopback, 1 worker"
     print(f"model: {dense / 1e9:.2f} GB bf16, density {a.density}, {os.cpu_count()} CPUs, {where}")
     print(f"{'codec':>5} {'sources':>7} {'step':>4} {'slowest_source_s':>16} {'source_encode_s':>15} "
-          f"{'worker_s':>8} {'wire_MB':>8} {'exact':>5}")
+          f"{'worker_s':>8} {'wire_MB':>8} {'rx_whole_MB':>11} {'rx_tp_MB':>8} {'exact':>5}")
     saved = {k: os.environ.get(k) for k in ABLATION}
     for codec in a.codec:
         for k, v in ABLATION.items():  # the ablation's settings, or the caller's own
@@ -206,8 +208,10 @@ def main():
                 src, wk = row[:nsrc], row[nsrc:]
                 wire = sum(x[2] for x in src) / 1e6
                 ok = all(x[3] for x in wk)
+                tp = f"{max(x[2] for x in wk[1:3]) / 1e6:>8.2f}" if len(wk) > 1 else f"{'-':>8}"
                 print(f"{codec:>5} {nsrc:>7} {step:>4} {max(x[0] for x in src):>16.3f} {max(x[1] for x in src):>15.3f} "
-                      f"{max(x[0] for x in wk):>8.3f} {wire:>8.2f} {'yes' if ok else 'NO':>5}", flush=True)
+                      f"{max(x[0] for x in wk):>8.3f} {wire:>8.2f} {wk[0][2] / 1e6:>11.2f} {tp} {'yes' if ok else 'NO':>5}",
+                      flush=True)
                 if not ok:
                     raise SystemExit(f"{codec}, {nsrc} source(s), step {step}: a worker is not bit-exact")
 

@@ -363,6 +363,12 @@ sparrowResult_t sparrowModelGetVersion(sparrowModel_t model, unsigned long long*
 /* The content digest of logical tensor `logical` as this rank holds it (host memory only): equal on
  * two ranks exactly when they hold the same bits (up to a 64-bit hash), whatever their layouts. */
 sparrowResult_t sparrowModelGetDigest(sparrowModel_t model, const char* logical, unsigned long long* digest);
+/* The same over rows [start, stop) (dim 0) of `logical`, on any rank that holds them: a tensor-parallel
+ * shard, which receives only its own rows, or a source, which holds its own. The digests of rows that
+ * tile a tensor add up (mod 2^64) to its sparrowModelGetDigest. sparrowInvalidUsage where this rank
+ * does not hold those rows (or, for sparrowModelGetDigest, all of them). */
+sparrowResult_t sparrowModelGetDigestRows(sparrowModel_t model, const char* logical, unsigned long long start,
+                                          unsigned long long stop, unsigned long long* digest);
 /* Frees the model (not collective); its tensors' next step in another model starts from a snapshot. */
 sparrowResult_t sparrowModelDestroy(sparrowModel_t model);
 

@@ -712,10 +712,19 @@ class WeightSync:
         self._check(rc)
         return v
 
-    def digest(self, name: str) -> int:
+    def digest(self, name: str, rows: Optional[Tuple[int, int]] = None) -> int:
         """Content digest of logical tensor `name` as this rank holds it: equal on two ranks exactly
-        when they hold the same bits, whatever their layouts (host tensors only)."""
-        rc, d = self._model.digest(name)
+        when they hold the same bits, whatever their layouts (host tensors only). `rows=(start, stop)`:
+        of those rows (dim 0) only, on any rank that holds them (a tensor-parallel shard receives only
+        its own rows; a source holds its own); the digests of rows that tile a tensor add up, mod 2**64,
+        to the tensor's. InvalidUsage where this rank does not hold the rows asked for."""
+        if rows is None:
+            rc, d = self._model.digest(name)
+        else:
+            start, stop = rows
+            if not (0 <= int(start) < int(stop)):
+                raise ValueError(f"digest rows: (start, stop) with 0 <= start < stop, got {rows!r}")
+            rc, d = self._model.digest_rows(name, int(start), int(stop))
         self._check(rc)
         return d
 

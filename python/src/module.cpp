@@ -336,6 +336,15 @@ class Model {
     }
     return py::make_tuple(rc, d);
   }
+  py::tuple digest_rows(const std::string& name, unsigned long long start, unsigned long long stop) const {
+    unsigned long long d = 0;
+    int rc;
+    {
+      Gil g;
+      rc = sparrowModelGetDigestRows(m_, name.c_str(), start, stop, &d);
+    }
+    return py::make_tuple(rc, d);
+  }
   void destroy() {
     if (m_) (void)sparrowModelDestroy(std::exchange(m_, nullptr));
   }
@@ -418,5 +427,6 @@ PYBIND11_MODULE(_sparrow, m) {
       .def("commit", &Model::commit)
       .def("version", &Model::version)
       .def("digest", &Model::digest)
+      .def("digest_rows", &Model::digest_rows)
       .def("destroy", &Model::destroy);
 }

@@ -185,10 +185,27 @@ def test_layouts_cover_the_logical_model():
         layouts.decoder(**CFG, tp_rank=2, tp_size=2)
 
 
+def held_rows(layout, tensors, name):
+    """The row ranges (dim 0) of logical tensor `name` a worker with `layout` holds, merged."""
+    rows = dict(layouts.logical_shapes(**CFG))[name][0]
+    spans = sorted((p.start, p.stop) if p.dim == 0 else (0, rows)
+                   for local in tensors for p in layout.get(local, []) if p.logical == name)
+    if name in tensors and name not in layout:
+        spans = [(0, rows)]
+    merged = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
 def test_trained_model_reaches_tp_1_2_4_workers_bit_exact_with_one_version():
     trainer = Trainer()
     engines = {r: engine_tensors(*PLACES[r]) for r in PLACES}
     versions = []
+    received = {}
 
     def body(c, r):
         if r == 0:
@@ -209,7 +226,19 @@ def test_trained_model_reaches_tp_1_2_4_workers_bit_exact_with_one_version():
             barrier.wait()
             if r == 1:
                 check_all(step)
-        digests = {n: sync.digest(n) for n, _ in trainer.bf16}
+        received[r] = info["dense_bytes"]
+        if r == 0:
+            digests = {(n, None): sync.digest(n) for n, _ in trainer.bf16}
+            for n, t in trainer.bf16:  # every row range any worker holds
+                for w in engines:
+                    for span in held_rows(engines[w][1], engines[w][0], n):
+                        digests[(n, span)] = sync.digest(n, rows=span)
+        else:
+            digests = {(n, span): sync.digest(n, rows=span)
+                       for n, _ in trainer.bf16 for span in held_rows(engines[r][1], engines[r][0], n)}
+            if PLACES[r][1] > 1:  # a shard holds some rows of the column-parallel tensors only
+                with pytest.raises(sparrow.InvalidUsage, match="does not hold rows"):
+                    sync.digest("lm_head.weight")
         sync.close()
         return digests
 
@@ -223,7 +252,13 @@ def test_trained_model_reaches_tp_1_2_4_workers_bit_exact_with_one_version():
     digests = run_ranks(8, body)
     assert versions == [1, 2, 3]
     for r in range(1, 8):
-        assert digests[r] == digests[0], f"rank {r}'s logical tensors differ from the trainer's"
+        for key, d in digests[r].items():
+            assert d == digests[0][key], f"rank {r}'s {key} differs from the trainer's"
+    # Each worker received only the rows its pieces hold: a TP=4 shard a fraction of the model.
+    assert received[1] == received[0]
+    assert received[2] < 0.7 * received[1] and received[4] < 0.5 * received[1], received
+    tp2 = [s for n, _ in trainer.bf16 for s in held_rows(engines[2][1], engines[2][0], n)]
+    assert len(tp2) > len(trainer.bf16) / 2  # (the check above compares real row ranges)
 
 
 @pytest.mark.parametrize("case", ["unknown name", "transposed", "wrong dtype", "range past the end"])

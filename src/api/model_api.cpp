@@ -159,6 +159,17 @@ SPARROW_EXPORT sparrowResult_t sparrowModelGetDigest(sparrowModel_t model, const
   });
 }
 
+SPARROW_EXPORT sparrowResult_t sparrowModelGetDigestRows(sparrowModel_t model, const char* logical,
+                                                         unsigned long long start, unsigned long long stop,
+                                                         unsigned long long* digest) {
+  if (!logical || !digest) return invalid("sparrowModelGetDigestRows: NULL argument");
+  return with_model(model, "sparrowModelGetDigestRows", [&](sparrow::model::Model& m) {
+    SPARROW_ASSIGN_OR_RETURN(uint64_t d, m.digest_rows(std::string(logical, strnlen(logical, 1025)), start, stop));
+    *digest = d;
+    return sparrow::Status::Ok();
+  });
+}
+
 SPARROW_EXPORT sparrowResult_t sparrowModelDestroy(sparrowModel_t model) {
   {
     std::lock_guard<std::mutex> lk(g_models_mu);

@@ -67,6 +67,13 @@ Status AckWindow::drain(const OpWire& w, int me, size_t window) {
   return first;
 }
 
+Status AckWindow::drain_for(const OpWire& w, int me, const BufferKey& key) {
+  Status first;
+  for (auto it = pending_.begin(); it != pending_.end();)
+    it = drain_one(w, me, *it, it->key == key, &first) ? pending_.erase(it) : std::next(it);
+  return first;
+}
+
 void AckWindow::forget_before(const OpWire& w, uint64_t seq) const {
   size_t n = 0;
   for (uint32_t sub : {kClaimSub, kNoticeSub}) n += w.net.discard_sub_before(w.comm, oldest(seq), sub);

@@ -32,6 +32,10 @@ class AckWindow {
   // `me`: this rank; a lower rank that has not connected yet has not acknowledged either, so a
   // non-blocking drain does not ask its (not yet existing) channel.
   Status drain(const OpWire& w, int me, size_t window);
+  // Waits (until `deadline`) for every acknowledgement of the earlier operations on buffers `key`
+  // (whose resyncs the operation now running must carry) and takes whatever else has arrived:
+  // operations on other buffers (a model's other operations of the same step) are not waited for.
+  Status drain_for(const OpWire& w, int me, const BufferKey& key);
   // Waits for `ranks`' acknowledgements of w.seq (not posted); the first failure among them.
   Status agree(const OpWire& w, const std::vector<int>& ranks);
   size_t outstanding() const { return pending_.size(); }

@@ -73,6 +73,10 @@ Status sparse_stage_parts(Engine& e, const std::vector<StagePart>& parts) {
     if (p.root == e.rank()) return Error(Code::kInvalidUsage, "a rank stages only operations it receives");
   auto so = std::make_shared<StagedOp>();
   for (const StagePart& p : parts) {
+    if (!p.participants.empty() && !std::binary_search(p.participants.begin(), p.participants.end(), e.rank())) {
+      skip_op(e);  // an operation among other ranks
+      continue;
+    }
     SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, p.bufs, p.root, p.participants.empty() ? nullptr : &p.participants));
     so->ops.push_back(std::move(op));
     so->rx.push_back(std::make_unique<SparseSink>(e, p.bufs, p.root, so->ops.back()));
@@ -105,10 +109,13 @@ Status stage_commit(Engine& e) {
   if (!so) return Status::Ok();  // nothing staged (the root, or no call)
   so->worker.join();
   Status first;
+  Stats sum;
   for (size_t k = 0; k < so->rx.size(); ++k) {
     Status s = so->rx[k]->commit(std::move(so->received[k]));
     if (first.ok()) first = std::move(s);
+    add_op_stats(sum, e.stats);
   }
+  if (so->rx.size() > 1) e.stats = std::move(sum);  // the staged step as one
   return first;
 }
 

@@ -39,7 +39,8 @@ Status sparse_stage(Engine& e, const std::vector<BufferArg>& bufs, int root);
 // One operation of a staged group: a rank receiving several operations in a row (a model's parts,
 // one per source) stages them as one step: received one after the other in the background, committed
 // together (each written in order; the first failure is the result). `participants`: as for
-// sparse_bcast (empty: every rank).
+// sparse_bcast (empty: every rank); a part this rank is not among the participants of is skipped
+// (skip_op), in its place in the order.
 struct StagePart {
   std::vector<BufferArg> bufs;
   int root;

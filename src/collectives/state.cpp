@@ -147,4 +147,28 @@ void log_step(Engine& e, const char* what) {
                st.full ? ", full" : "", st.total_s * 1e3, b);
 }
 
+void add_op_stats(Stats& sum, const Stats& op) {
+  const Stats before = sum;
+  sum = op;  // the last operation's stages, tree and counters
+  sum.dense_bytes += before.dense_bytes;
+  sum.wire_bytes += before.wire_bytes;
+  sum.changed += before.changed;
+  sum.elements += before.elements;
+  sum.density = sum.elements ? double(sum.changed) / double(sum.elements) : 0;
+  sum.encode_s += before.encode_s;
+  sum.apply_s += before.apply_s;
+  sum.total_s = std::max(sum.total_s, before.total_s);
+  sum.full = sum.full || before.full;
+  sum.peers.resize(std::max(sum.peers.size(), before.peers.size()));
+  for (size_t r = 0; r < before.peers.size(); ++r) {
+    auto& p = sum.peers[r];
+    const auto& b = before.peers[r];
+    p.sent += b.sent;
+    p.received += b.received;
+    if (b.first_s >= 0 && (p.first_s < 0 || b.first_s < p.first_s)) p.first_s = b.first_s;
+    p.last_s = std::max(p.last_s, b.last_s);
+    p.streams = std::max(p.streams, b.streams);
+  }
+}
+
 }  // namespace sparrow::coll

@@ -48,7 +48,7 @@ struct RecvState {
 struct Stats {
   uint64_t ops = 0, resyncs = 0;
   uint64_t catchups = 0, catchup_bytes = 0;  // resyncs by retained deltas instead of a snapshot
-  uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0;
+  uint64_t dense_bytes = 0, wire_bytes = 0, changed = 0, elements = 0;
   double density = 0, encode_s = 0, apply_s = 0, total_s = 0;
   bool full = false;
   // Stage by stage (seconds; -1 where a stage is not this rank's): the root's extraction (its worker
@@ -64,6 +64,11 @@ struct Stats {
   uint64_t index_codecs[format::kNumIndexCodecs] = {}, value_codecs[format::kNumValueCodecs] = {};
   bool is_root() const { return parent < 0; }
 };
+// A step of several operations (a staged group, a model's split step) as one: `sum` starts empty;
+// bytes, changes and the encoding and applying seconds add up, the peers' traffic too, `full` if any
+// was; total_s is the longest (a caller that runs them one after the other sets it); the stages and
+// tree are the last operation's.
+void add_op_stats(Stats& sum, const Stats& op);
 
 class Engine {
  public:

@@ -79,7 +79,11 @@ bool Model::is_source() const {
 Status Model::agree() {
   SPARROW_RETURN_IF_ERROR(coll::no_stage_pending(e_));
   const coll::OpWire w = e_.wire(e_.comm.next_seq());
-  if (sharded()) return agree_sharded(w);
+  SPARROW_RETURN_IF_ERROR(sharded() ? agree_sharded(w) : agree_one(w));
+  return split(w);
+}
+
+Status Model::agree_one(const coll::OpWire& w) {
   if (is_root()) {
     manifest_ = manifest_of(locals_, root_);
     return root_agrees(e_, w, manifest_, Status::Ok());
@@ -109,7 +113,6 @@ Status Model::plan(const Manifest& m) {
     mirrors_[l].resize(m.tensors[l].bytes());
     std::memset(mirrors_[l].data(), 0, mirrors_[l].size());
   }
-  if (sharded()) plan_sharded(m);
   return Status::Ok();
 }
 
@@ -129,7 +132,7 @@ std::vector<coll::BufferArg> Model::bufs() const {
 }
 
 const uint8_t* Model::logical_bytes(size_t l) const {
-  if (sharded()) return mirrors_[l].data();
+  if (split_ && !is_source()) return mirrors_[l].data();
   if (is_root()) return static_cast<const uint8_t*>(locals_[l].data);
   if (targets_[l].whole >= 0) return static_cast<const uint8_t*>(locals_[size_t(targets_[l].whole)].data);
   return mirrors_[l].data();
@@ -152,12 +155,14 @@ void Model::project_pieces() {
 
 void Model::read_version() {
   coll::BufferKey key;
-  std::vector<coll::BufferArg> bs;
-  size_t own = 0;  // a sharded model: this rank's part (a receiver: the first)
-  for (size_t k = 0; sharded() && k < manifest_.parts.size(); ++k)
-    if (manifest_.parts[k].rank == e_.rank()) own = k;
-  bs = sharded() ? part_bufs(own) : bufs();
-  const bool sends = sharded() ? is_source() : is_root();
+  std::vector<coll::BufferArg> bs = split_ ? std::vector<coll::BufferArg>{} : bufs();
+  bool sends = is_root();
+  for (size_t k = 0; split_ && bs.empty() && k < ops_.size(); ++k)  // the first operation it takes part in
+    if (takes_part(k)) {
+      bs = op_bufs(k);
+      sends = ops_[k].source == e_.rank();
+    }
+  if (bs.empty()) return;  // (a split step with no operation for this rank)
   for (const auto& b : bs) key.push_back(sends ? b.send : b.recv);
   if (sends) {
     auto it = e_.roots.find(key);
@@ -171,7 +176,7 @@ void Model::read_version() {
 Status Model::step() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
-  if (sharded()) return step_sharded();
+  if (split_) return step_split();
   if (!is_root()) mirror_pieces();
   Status s = coll::sparse_bcast(e_, bufs(), root_);
   if (s.ok() && !is_root()) project_pieces();
@@ -182,7 +187,7 @@ Status Model::step() {
 Status Model::stage() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
-  if (sharded()) return is_source() ? step_sharded() : stage_sharded();
+  if (split_) return is_source() ? step_split() : stage_split();
   if (!is_root()) mirror_pieces();
   Status s = coll::sparse_stage(e_, bufs(), root_);
   if (is_root()) read_version();
@@ -191,7 +196,7 @@ Status Model::stage() {
 
 Status Model::commit() {
   if (is_source()) return Status::Ok();
-  if (sharded()) return commit_sharded();
+  if (split_) return commit_split();
   Status s = coll::stage_commit(e_);
   if (s.ok() && agreed_) project_pieces();
   if (agreed_) read_version();
@@ -200,10 +205,10 @@ Status Model::commit() {
 
 void Model::forget() {
   if (!agreed_) return;
-  for (size_t k = 0; sharded() && k < manifest_.parts.size(); ++k)
-    if (manifest_.parts[k].rank == e_.rank() || !is_source())  // a source has buffers of its own part only
-      for (const auto& b : part_bufs(k)) (void)coll::sparse_reset(e_, b.send ? b.send : b.recv);
-  if (sharded()) return;
+  for (size_t k = 0; split_ && k < ops_.size(); ++k)
+    if (takes_part(k))
+      for (const auto& b : op_bufs(k)) (void)coll::sparse_reset(e_, b.send ? b.send : b.recv);
+  if (split_) return;
   for (const auto& b : bufs()) (void)coll::sparse_reset(e_, is_root() ? b.send : b.recv);
 }
 
@@ -211,13 +216,23 @@ Result<uint64_t> Model::digest(const std::string& name) const {
   if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
   const int l = manifest_.find(name);
   if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
-  if (sharded() && is_source())
-    return Error(Code::kInvalidUsage, "a source holds only rows of '" + name + "': ask a receiver for its digest");
-  const uint8_t* p = logical_bytes(size_t(l));
+  return digest_rows(name, 0, rows_of(manifest_.tensors[size_t(l)].shape));
+}
+
+Result<uint64_t> Model::digest_rows(const std::string& name, uint64_t start, uint64_t stop) const {
+  if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
+  const int l = manifest_.find(name);
+  if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
+  const auto& t = manifest_.tensors[size_t(l)];
+  const uint64_t rows = rows_of(t.shape);
+  if (start >= stop || stop > rows)
+    return InvalidArgument("rows [" + std::to_string(start) + ", " + std::to_string(stop) + ") of '" + name +
+                           "', which has " + std::to_string(rows));
+  SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(size_t(l), start, stop));
   if (kernels::is_device(kernels::device_ops(), p))
     return InvalidArgument("tensor '" + name + "' is in device memory: its digest is computed on host tensors only");
-  const auto& t = manifest_.tensors[size_t(l)];
-  return format::digest_range(0, p, 0, t.numel(), format::dtype_size(t.dtype));
+  const uint64_t row = rows ? t.numel() / rows : 0;
+  return format::digest_range(0, p, start * row, (stop - start) * row, format::dtype_size(t.dtype));
 }
 
 }  // namespace sparrow::model

@@ -12,6 +12,13 @@
 // what differs (the user wrote into a piece) is copied into the mirror, so that the broadcast's own
 // base verification refuses the step (kVersionMismatch, nothing written) and the next step brings a
 // full snapshot, which the projection writes back: the pieces behave as the mirror's memory does.
+//
+// On a fixed communicator, the first step also agrees on which rows each receiver needs (split.h):
+// when some receiver needs less than the whole model (a tensor-parallel shard), or several sources
+// send, a step is split into operations among each source and the receivers of each set of rows, so
+// that a shard receives only the changes in its pieces. Such a step lands in host mirrors of every
+// logical tensor a receiver holds and is projected onto its tensors once every operation of the step
+// verified (sharded.cpp).
 #pragma once
 
 #include <memory>
@@ -22,6 +29,7 @@
 #include "collectives/state.h"
 #include "core/big_alloc.h"
 #include "model/manifest.h"
+#include "model/split.h"
 
 namespace sparrow::model {
 
@@ -40,8 +48,13 @@ class Model {
   // it; 0 before the first step.
   uint64_t version() const { return version_; }
   // The content digest (format/digest.h, tensor 0) of logical tensor `name` as this rank holds it:
-  // equal on ranks that hold the same bits.
+  // equal on ranks that hold the same bits. kInvalidUsage on a rank that holds only some of its rows.
   Result<uint64_t> digest(const std::string& name) const;
+  // ... of its rows [start, stop), on any rank that holds them: the digests of rows that tile a
+  // tensor add up (mod 2^64) to the tensor's digest.
+  Result<uint64_t> digest_rows(const std::string& name, uint64_t start, uint64_t stop) const;
+  // Whether a step is split into several operations (split.h), and how many.
+  size_t operations() const { return split_ ? ops_.size() : 1; }
   // Bytes written into local pieces by the last step's projection.
   uint64_t projected_bytes() const { return projected_; }
   const Manifest& manifest() const { return manifest_; }
@@ -54,23 +67,30 @@ class Model {
   bool is_root() const { return e_.rank() == root_; }
   bool sharded() const { return sources_.size() > 1; }
   bool is_source() const;
-  Status agree();                        // the first step: manifest, plan, verdict
+  bool takes_part(size_t k) const;  // in operation k of a split step
+  Status agree();                        // the first step: manifest, plan, verdict, split
+  Status agree_one(const coll::OpWire& w);
+  Status split(const coll::OpWire& w);   // every receiver's rows, and the operations of a step
+  Result<Needs> share_needs(const coll::OpWire& w);
+  std::vector<int> receivers() const;
   Status plan(const Manifest& m);        // a receiver's targets and mirrors
   std::vector<coll::BufferArg> bufs() const;
   const uint8_t* logical_bytes(size_t l) const;  // where this rank holds logical tensor l
   void mirror_pieces();                  // local pieces -> mirror where they differ (before a step)
   void project_pieces();                 // mirror -> local pieces where they differ (after one)
   void read_version();
-  // Several sources (sharded.cpp): the agreement on the merged parts, the step (one operation per
-  // source, among it and the receivers), the receivers' buffers inside their mirrors, the check
-  // that a receiver's tensors still hold what was projected into them.
+  // Several sources, or receivers that need different rows (sharded.cpp): the agreement on the
+  // merged parts, the step (its operations, each among a source and some receivers), the receivers'
+  // buffers inside their mirrors, the check that a receiver's tensors still hold what was projected
+  // into them.
   Status agree_sharded(const coll::OpWire& w);
-  Status step_sharded();
-  Status stage_sharded();   // a receiver: every part staged as one step
-  Status commit_sharded();
-  Status finish_sharded(Status first, bool refuse);
-  void plan_sharded(const Manifest& m);
-  std::vector<coll::BufferArg> part_bufs(size_t k) const;  // part k, as this rank sends or receives it
+  Status step_split();
+  Status stage_split();   // a receiver: every operation it takes part in staged as one step
+  Status commit_split();
+  Status finish_split(Status first, bool refuse);
+  void mirror_wholes();  // a receiver's whole tensors land in mirrors too
+  std::vector<coll::BufferArg> op_bufs(size_t k) const;  // operation k, as this rank sends or receives it
+  Result<const uint8_t*> rows_at(size_t l, uint64_t start, uint64_t stop) const;  // where this rank holds them
   uint64_t local_sum(size_t t) const;  // checksum of what local tensor t's runs hold
   bool drifted() const;
   void project_all();
@@ -79,7 +99,9 @@ class Model {
   std::vector<LocalTensor> locals_;
   int root_;
   std::vector<int> sources_;
-  std::vector<std::vector<int>> participants_;  // per part: its source and the receivers, increasing
+  std::vector<SplitOp> ops_;  // a split step's operations (split.h), the same on every rank
+  bool split_ = false;        // a step runs ops_ (else: one operation of every tensor whole)
+  std::vector<Slice> held_;   // a receiver: the rows it needs (and holds) of each logical tensor
   std::vector<uint64_t> sums_;  // a sharded receiver's local tensors: checksums of what was projected
   bool repair_ = false;         // ... one of them was written to: the next step rewrites them
 
@@ -92,8 +114,10 @@ class Model {
 };
 
 // A model's agreement is an operation of its own: sources send their parts to the root (kPartSub),
-// the root sends the manifest to every rank (kManifestSub); acknowledgements and the verdict as usual.
-constexpr uint32_t kManifestSub = 1, kPartSub = 2;
+// the root sends the manifest to every rank (kManifestSub); acknowledgements and the verdict as usual;
+// then (fixed communicators) every receiver sends the root its rows (kRowsSub) and the root sends
+// every rank the table (kNeedsSub).
+constexpr uint32_t kManifestSub = 1, kPartSub = 2, kRowsSub = 3, kNeedsSub = 4;
 // The root's side of it: sends `m`, collects every rank's check, and sends the first failure (its
 // own, `mine`, first) as everyone's verdict, which it returns.
 Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m, Status mine);

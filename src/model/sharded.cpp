@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// A model with several sources (sources.h): each source sends its own rows in an operation of its
-// own, among it and the receivers (the other sources skip it), so the sources encode and send in
-// parallel, with no gather. A receiver receives every part into host mirrors of the logical tensors
-// and writes its own tensors only once every part of a step verified, so its tensors never hold a
-// mix of versions: a part that failed leaves the others' mirrors ahead, the step fails, and the
-// next one (which brings the failed part a resync) projects them all at once.
+// A model whose step is split into several operations (split.h): several sources (sources.h), each
+// sending its own rows in operations of its own (the other sources skip them), so the sources encode
+// and send in parallel with no gather; and receivers that need different rows, each taking part only
+// in the operations that carry rows it holds. A receiver receives into host mirrors of the logical
+// tensors and writes its own tensors only once every operation of a step verified, so its tensors
+// never hold a mix of versions: an operation that failed leaves the others' mirrors ahead, the step
+// fails, and the next one (which brings the failed operation a resync) projects them all at once.
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/bcast.h"
+#include "core/clock.h"
 #include "format/checkpoint.h"
 #include "format/digest.h"
 #include "model/model.h"
@@ -46,25 +48,64 @@ Status Model::agree_sharded(const coll::OpWire& w) {
     SPARROW_RETURN_IF_ERROR(coll::recv_verdict(w, root_));
     manifest_ = std::move(*m);
   }
-  std::vector<int> receivers;
-  for (int r = 0; r < e_.comm.nranks(); ++r)
-    if (std::find(sources_.begin(), sources_.end(), r) == sources_.end()) receivers.push_back(r);
-  participants_.clear();
-  for (const Part& p : manifest_.parts) {
-    std::vector<int> v = receivers;
-    v.insert(std::upper_bound(v.begin(), v.end(), p.rank), p.rank);
-    participants_.push_back(std::move(v));
-  }
   return Status::Ok();
 }
 
-// A sharded receiver mirrors every logical tensor, those it holds whole included: they are written
-// like pieces, once every part of a step verified.
-void Model::plan_sharded(const Manifest& m) {
+std::vector<int> Model::receivers() const {
+  std::vector<int> v;
+  for (int r = 0; r < e_.comm.nranks(); ++r)
+    if (sharded() ? std::find(sources_.begin(), sources_.end(), r) == sources_.end() : r != root_) v.push_back(r);
+  return v;
+}
+
+bool Model::takes_part(size_t k) const {
+  return std::binary_search(ops_[k].participants.begin(), ops_[k].participants.end(), e_.rank());
+}
+
+// Every receiver's rows, through the root.
+Result<Needs> Model::share_needs(const coll::OpWire& w) {
+  if (is_root()) {
+    Needs all;
+    for (int r : receivers()) {
+      SPARROW_ASSIGN_OR_RETURN(auto bytes, w.recv(r, kRowsSub));
+      auto rows = decode_rows(bytes, manifest_);
+      if (!rows.ok()) return Status(rows.status().code(), "rank " + std::to_string(r) + ": " + rows.status().message());
+      all.emplace_back(r, std::move(*rows));
+    }
+    std::vector<int> to;
+    for (int r = 0; r < e_.comm.nranks(); ++r)
+      if (r != root_) to.push_back(r);
+    SPARROW_RETURN_IF_ERROR(w.send(to, kNeedsSub, coll::share(encode_needs(all))));
+    return all;
+  }
+  if (!is_source())
+    SPARROW_RETURN_IF_ERROR(w.send({root_}, kRowsSub, coll::share(encode_rows(needed_rows(manifest_, targets_)))));
+  SPARROW_ASSIGN_OR_RETURN(auto bytes, w.recv(root_, kNeedsSub));
+  return decode_needs(bytes, manifest_);
+}
+
+// After the manifest's verdict: the operations of a step. One source whose receivers all need the
+// whole model keeps one operation of every tensor, received in place. (An elastic communicator's
+// members change from step to step: it keeps that too; several sources need a fixed one.)
+Status Model::split(const coll::OpWire& w) {
+  if (e_.comm.elastic()) return Status::Ok();
+  SPARROW_ASSIGN_OR_RETURN(Needs needs, share_needs(w));
+  ops_ = split_step(sharded() ? manifest_.parts : std::vector<Part>{whole_part(manifest_)}, needs);
+  // (no operation at all: no receiver holds anything, a one-rank communicator: one operation still)
+  split_ = sharded() || (!ops_.empty() && (ops_.size() != 1 || int(ops_[0].participants.size()) != e_.comm.nranks()));
+  for (auto& [rank, rows] : needs)
+    if (rank == e_.rank()) held_ = rows;
+  if (split_ && !is_source()) mirror_wholes();
+  return Status::Ok();
+}
+
+// A split receiver mirrors every logical tensor, those it holds whole included: they are written
+// like pieces, once every operation of a step verified.
+void Model::mirror_wholes() {
   for (size_t l = 0; l < targets_.size(); ++l) {
     Target& t = targets_[l];
     if (t.whole < 0) continue;
-    const LogicalTensor& lt = m.tensors[l];
+    const LogicalTensor& lt = manifest_.tensors[l];
     t.pieces.push_back({size_t(t.whole), Piece{lt.name, 0, 0, rows_of(lt.shape), 0}});
     runs_[l].push_back({Run{0, 0, lt.bytes()}});
     t.whole = -1;
@@ -73,23 +114,44 @@ void Model::plan_sharded(const Manifest& m) {
   }
 }
 
-std::vector<coll::BufferArg> Model::part_bufs(size_t k) const {
+std::vector<coll::BufferArg> Model::op_bufs(size_t k) const {
   std::vector<coll::BufferArg> out;
-  const Part& p = manifest_.parts[k];
-  for (size_t i = 0; i < p.slices.size(); ++i) {
-    const Slice& s = p.slices[i];
-    const LogicalTensor& l = manifest_.tensors[s.logical];
-    const uint64_t row = l.numel() / std::max<uint64_t>(rows_of(l.shape), 1);
+  const SplitOp& op = ops_[k];
+  for (const Segment& g : op.segments) {
+    const LogicalTensor& l = manifest_.tensors[g.logical];
+    const uint64_t rows = rows_of(l.shape), row = l.numel() / std::max<uint64_t>(rows, 1);
+    const uint64_t row_bytes = row * format::dtype_size(l.dtype);
     coll::BufferArg b;
-    b.count = (s.stop - s.start) * row;
+    b.count = (g.stop - g.start) * row;
     b.dtype = l.dtype;
-    b.name = l.name + (s.start || s.stop != rows_of(l.shape)
-                           ? "[" + std::to_string(s.start) + ":" + std::to_string(s.stop) + "]" : "");
-    if (p.rank == e_.rank()) b.send = locals_[i].data;  // a source's part lists its tensors in order
-    else b.recv = const_cast<uint8_t*>(mirrors_[s.logical].data()) + s.start * row * format::dtype_size(l.dtype);
+    b.name = l.name + (g.start || g.stop != rows ? "[" + std::to_string(g.start) + ":" + std::to_string(g.stop) + "]" : "");
+    if (op.source == e_.rank()) b.send = static_cast<const uint8_t*>(locals_[g.slice].data) + (g.start - g.slice_start) * row_bytes;
+    else b.recv = const_cast<uint8_t*>(mirrors_[g.logical].data()) + g.start * row_bytes;
     out.push_back(std::move(b));
   }
   return out;
+}
+
+Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) const {
+  const LogicalTensor& t = manifest_.tensors[l];
+  const uint64_t row_bytes = t.bytes() / std::max<uint64_t>(rows_of(t.shape), 1);
+  const std::string which = "rows [" + std::to_string(start) + ", " + std::to_string(stop) + ") of '" + t.name + "'";
+  if (sharded() && is_source()) {
+    for (const Part& p : manifest_.parts)
+      for (size_t i = 0; p.rank == e_.rank() && i < p.slices.size(); ++i)
+        if (p.slices[i].logical == l && p.slices[i].start <= start && stop <= p.slices[i].stop)
+          return static_cast<const uint8_t*>(locals_[i].data) + (start - p.slices[i].start) * row_bytes;
+    return Error(Code::kInvalidUsage, "this source does not hold " + which + ": ask the source of those rows, or a receiver");
+  }
+  if (split_ && !is_source() && !covers(held_, uint32_t(l), start, stop)) {
+    std::string held;
+    for (const Slice& s : held_)
+      if (s.logical == l) held += (held.empty() ? "" : ", ") + ("[" + std::to_string(s.start) + ", " + std::to_string(s.stop) + ")");
+    return Error(Code::kInvalidUsage, "this rank does not hold " + which + " (its pieces cover rows " +
+                                          (held.empty() ? std::string("none") : held) +
+                                          "): ask for the digest of rows it holds");
+  }
+  return logical_bytes(l) + start * row_bytes;
 }
 
 uint64_t Model::local_sum(size_t t) const {
@@ -116,41 +178,45 @@ void Model::project_all() {
   repair_ = false;
 }
 
-Status Model::step_sharded() {
-  const bool source = is_source();
-  const bool refuse = !source && drifted();
+Status Model::step_split() {
+  const bool refuse = !is_source() && drifted();
+  const double t0 = now_s();
   Status first;
-  for (size_t k = 0; k < manifest_.parts.size(); ++k) {
-    const int from = manifest_.parts[k].rank;
-    if (source && from != e_.rank()) {
+  coll::Stats sum;
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    if (!takes_part(k)) {
       coll::skip_op(e_);
       continue;
     }
-    Status s = coll::sparse_bcast(e_, part_bufs(k), from, &participants_[k]);
+    Status s = coll::sparse_bcast(e_, op_bufs(k), ops_[k].source, &ops_[k].participants);
     if (!s.ok() && first.ok()) first = s;
+    coll::add_op_stats(sum, e_.stats);
   }
-  return finish_sharded(std::move(first), refuse);
+  sum.total_s = now_s() - t0;
+  e_.stats = std::move(sum);  // the step as one (sparrowCommGetStats)
+  return finish_split(std::move(first), refuse);
 }
 
-// A receiver stages every part as one step: received into the mirrors in the background (the local
-// tensors, which the caller keeps reading, are not touched), projected at the commit.
-Status Model::stage_sharded() {
+// A receiver stages every operation it takes part in as one step: received into the mirrors in the
+// background (the local tensors, which the caller keeps reading, are not touched), projected at the
+// commit.
+Status Model::stage_split() {
   std::vector<coll::StagePart> parts;
-  for (size_t k = 0; k < manifest_.parts.size(); ++k)
-    parts.push_back({part_bufs(k), manifest_.parts[k].rank, participants_[k]});
+  for (size_t k = 0; k < ops_.size(); ++k)
+    parts.push_back({takes_part(k) ? op_bufs(k) : std::vector<coll::BufferArg>{}, ops_[k].source, ops_[k].participants});
   return coll::sparse_stage_parts(e_, parts);
 }
 
-Status Model::commit_sharded() {
+Status Model::commit_split() {
   // (a commit with nothing staged is a no-op, as for one source; drift is judged now, before writing)
   if (!coll::stage_progress(e_).pending) return Status::Ok();
   const bool refuse = drifted();
-  return finish_sharded(coll::stage_commit(e_), refuse);
+  return finish_split(coll::stage_commit(e_), refuse);
 }
 
-// After every part of a step: a receiver whose tensors were written to is refused and repaired at
+// After every operation of a step: a receiver whose tensors were written to is refused and repaired at
 // the next step; otherwise its tensors get the step, all parts at once.
-Status Model::finish_sharded(Status first, bool refuse) {
+Status Model::finish_split(Status first, bool refuse) {
   if (first.ok() && refuse) {
     repair_ = true;
     first = VersionMismatch("this rank's tensors were written to since the last step: none of them was written, "

@@ -59,6 +59,33 @@ TEST(AckWindow, DrainTakesWhatArrivedAndReportsResyncs) {
   EXPECT_EQ(seen[0].holds, 17u);
 }
 
+// A model's step runs several operations on different buffers back to back: the next one waits for
+// the acknowledgements of its own buffers' earlier operations only, and takes the others as they come.
+TEST(AckWindow, DrainForWaitsOnlyForTheSameBuffers) {
+  auto nets = test::make_nets("loopback", 3);
+  ASSERT_EQ(nets.size(), 3u);
+  connect(nets);
+  int a = 0, b = 0;
+  const BufferKey ka = {&a}, kb = {&b};
+  AckWindow w;
+  w.post(1, ka, {1, 2});
+  w.post(2, kb, {1, 2});  // nobody acknowledges operation 2 (it is still on its way)
+  ack(*nets[1], 1, Ack{});
+  ack(*nets[2], 1, Ack{});
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = w.drain_for(wire_of(*nets[0], 0, 3), 0, ka);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_LT(since(t0), 2.0) << "operation 2 is on other buffers: not waited for";
+  EXPECT_TRUE(w.missing(1).empty());
+  EXPECT_EQ(w.missing(2), (std::vector<int>{1, 2}));
+  // On operation 2's buffers it waits: for the deadline, when they never come.
+  t0 = std::chrono::steady_clock::now();
+  s = w.drain_for(wire_of(*nets[0], 0, 0.3), 0, kb);
+  EXPECT_EQ(s.code(), Code::kTimeout) << s.to_string();
+  EXPECT_GE(since(t0), 0.25);
+  EXPECT_EQ(w.outstanding(), 0u);
+}
+
 TEST(AckWindow, MissingAcknowledgementsCostOneDeadlineTogether) {
   auto nets = test::make_nets("loopback", 3);
   ASSERT_EQ(nets.size(), 3u);

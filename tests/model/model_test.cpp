@@ -119,6 +119,37 @@ bool staged_ready(sparrowComm_t c, int ms) {
   return true;
 }
 
+// The rows (dim 0) tp_worker(tp) holds of each logical tensor: its own rows of the column-parallel
+// ones, every row of the row-parallel o.
+std::pair<size_t, size_t> tp_rows(const std::string& name, int tp) {
+  const size_t t = size_t(tp);
+  if (name == "q") return {4 * t, 4 * t + 4};
+  if (name == "k" || name == "v") return {2 * t, 2 * t + 2};
+  if (name == "emb") return {6 * t, tp == 0 ? 6 : 10};
+  return {0, 4};  // o
+}
+
+unsigned long long digest_rows(sparrowModel_t m, const char* name, std::pair<size_t, size_t> rows) {
+  unsigned long long d = 0;
+  EXPECT_EQ(sparrowModelGetDigestRows(m, name, rows.first, rows.second, &d), sparrowSuccess) << name;
+  return d;
+}
+
+// Every receiver in `tp` (rank -> tp index) holds its rows of every logical tensor as the root
+// (rank 0) does, by digest, and the shards' digests of a tensor add up to the root's whole one.
+void expect_row_digests(const std::vector<sparrowModel_t>& m, const std::map<int, int>& tp) {
+  for (const char* name : {"q", "k", "v", "o", "emb"}) {
+    unsigned long long whole = 0, sum = 0;
+    ASSERT_EQ(sparrowModelGetDigest(m[0], name, &whole), sparrowSuccess);
+    for (auto [r, t] : tp) {
+      const auto rows = tp_rows(name, t);
+      EXPECT_EQ(digest_rows(m[size_t(r)], name, rows), digest_rows(m[0], name, rows)) << name << " on rank " << r;
+      if (std::string(name) != "o") sum += digest_rows(m[size_t(r)], name, rows);
+    }
+    if (std::string(name) != "o" && tp.size() == 2) EXPECT_EQ(sum, whole) << name << ": the shards' rows tile it";
+  }
+}
+
 unsigned long long version_of(sparrowModel_t m) {
   unsigned long long v = ~0ull;
   EXPECT_EQ(sparrowModelGetVersion(m, &v), sparrowSuccess);
@@ -158,15 +189,66 @@ TEST(ModelSync, FusedTensorParallelReceiversGetTheProjectionBitExactAndNothingEl
     auto rc = comms.run([&](int r) { return sparrowModelSync(m[r]); });
     for (int r = 0; r < 3; ++r) ASSERT_EQ(rc[r], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[r]);
     for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[1 + tp], tp, "step " + std::to_string(step));
-    // Digests of the logical tensors agree across layouts.
-    for (const char* name : {"q", "k", "v", "o", "emb"}) {
-      unsigned long long d[3];
-      for (int r = 0; r < 3; ++r) ASSERT_EQ(sparrowModelGetDigest(m[r], name, &d[r]), sparrowSuccess);
-      EXPECT_EQ(d[0], d[1]) << name;
-      EXPECT_EQ(d[0], d[2]) << name;
-    }
+    // Digests agree across layouts, for the rows each shard holds (it receives no others).
+    expect_row_digests(m, {{1, 0}, {2, 1}});
+    unsigned long long d = 0;
+    EXPECT_EQ(sparrowModelGetDigest(m[1], "q", &d), sparrowInvalidUsage) << "a shard holds half of q";
+    EXPECT_EQ(sparrowModelGetDigestRows(m[1], "q", 4, 8, &d), sparrowInvalidUsage) << "the other shard's rows";
     for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[r]), unsigned(step));
     mutate(held[0], 100 + uint64_t(step));
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+sparrowStats stats_of(sparrowComm_t c) {
+  sparrowStats st = SPARROW_STATS_INITIALIZER;
+  EXPECT_EQ(sparrowCommGetStats(c, &st), sparrowSuccess);
+  return st;
+}
+
+// A shard receives only the changes in its rows: w [1024, 64] is column-parallel (each of 2 shards
+// holds 512 rows), o [64, 256] row-parallel (64 columns each: every row), n [64] replicated. A step
+// brings a shard half of w's changes and all of o's and n's, about 0.6 of what a whole receiver gets.
+TEST(ModelSync, ATensorParallelShardReceivesOnlyTheChangesInItsRows) {
+  Comms comms(4);
+  std::vector<Held> root = {Held("w", {1024, 64}), Held("o", {64, 256}), Held("n", {64})};
+  std::vector<std::vector<Held>> held = {root, {Held("n", {64}), Held("o", {64, 256}), Held("w", {1024, 64})}};
+  for (int tp = 0; tp < 2; ++tp) {
+    std::vector<Held> w = {Held("w_shard", {512, 64}), Held("o_shard", {64, 64}), Held("n", {64})};
+    w[0].piece("w", 0, size_t(512 * tp), size_t(512 * tp + 512), 0);
+    w[1].piece("o", 1, size_t(64 * tp), size_t(64 * tp + 64), 0);
+    held.push_back(std::move(w));
+  }
+  std::vector<sparrowModel_t> m(4);
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(make_model(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
+  uint64_t seed = 5;
+  for (int step = 1; step <= 3; ++step) {
+    for (auto& h : held[0])
+      for (auto& x : h.data)
+        if (rng_next(seed) % 16 == 0) x = uint16_t(rng_next(seed));
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); });
+    for (int r = 0; r < 4; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+    for (auto& h : held[1]) ASSERT_EQ(h.data, find(held[0], h.name).data) << h.name;
+    const Bf16 &w = find(held[0], "w").data, &o = find(held[0], "o").data;
+    for (size_t tp = 0; tp < 2; ++tp) {
+      const auto& x = held[2 + tp];
+      ASSERT_TRUE(std::equal(x[0].data.begin(), x[0].data.end(), w.begin() + long(tp * 512 * 64))) << "w on tp " << tp;
+      for (size_t r = 0; r < 64; ++r)
+        ASSERT_TRUE(std::equal(x[1].data.begin() + long(r * 64), x[1].data.begin() + long(r * 64 + 64),
+                               o.begin() + long(r * 256 + tp * 64))) << "o row " << r << " on tp " << tp;
+      ASSERT_EQ(x[2].data, find(held[0], "n").data);
+    }
+    const sparrowStats whole = stats_of(comms.c[1]), sent = stats_of(comms.c[0]);
+    EXPECT_EQ(whole.denseBytes, (1024 * 64 + 64 * 256 + 64) * 2u) << "the step as one";
+    for (int r = 2; r < 4; ++r) {
+      const sparrowStats shard = stats_of(comms.c[size_t(r)]);
+      EXPECT_EQ(shard.denseBytes, (512 * 64 + 64 * 256 + 64) * 2u) << "rank " << r << " receives its rows only";
+      const double share = double(shard.wireBytes) / double(whole.wireBytes);
+      EXPECT_GT(share, 0.45) << "rank " << r << " at step " << step;
+      EXPECT_LT(share, 0.75) << "rank " << r << " at step " << step;
+    }
+    EXPECT_GE(sent.wireBytes, whole.wireBytes) << "the root sent every operation";
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(step)) << "rank " << r;
   }
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
@@ -364,10 +446,13 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
     for (int tp = 0; tp < 2; ++tp) expect_projection(logical, held[size_t(3 + tp)], tp, "step " + std::to_string(s));
     for (int r = 0; r < 5; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
     for (const char* name : {"q", "emb"}) {
-      unsigned long long d2 = 0, d3 = 0;
-      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &d2), sparrowSuccess);
-      ASSERT_EQ(sparrowModelGetDigest(m[3], name, &d3), sparrowSuccess);
-      EXPECT_EQ(d2, d3) << name;
+      const auto rows = tp_rows(name, 0);
+      EXPECT_EQ(digest_rows(m[2], name, rows), digest_rows(m[3], name, rows)) << name;
+      // A source holds its own rows: the two sources' digests add up to the receiver's whole one.
+      const size_t cut = find(logical, name).shape[0] / 2 + 1, end = find(logical, name).shape[0];
+      unsigned long long whole = 0;
+      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &whole), sparrowSuccess);
+      EXPECT_EQ(digest_rows(m[0], name, {0, cut}) + digest_rows(m[1], name, {cut, end}), whole) << name;
     }
     mutate(logical, 300 + uint64_t(s));
     refill_sources(logical, held);

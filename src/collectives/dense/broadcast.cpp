@@ -285,6 +285,7 @@ void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vect
     st.changed += b.count;
   }
   st.wire_bytes = st.dense_bytes;
+  st.elements = st.changed;
   st.density = 1.0;
   st.encode_s = st.apply_s = 0;
   st.total_s = now_s() - t0;

@@ -217,6 +217,7 @@ void record_root(Engine& e, const std::vector<int>& kids, const kernels::cpu::En
   st.dense_bytes = es.dense_bytes;
   st.wire_bytes = es.wire_bytes;
   st.changed = es.changes;
+  st.elements = es.elements;
   st.density = es.density();
   st.full = full;
   st.encode_s = encode_s;
@@ -286,11 +287,11 @@ Status sparse_root(Engine& e, const std::vector<BufferArg>& bufs, int root, cons
   const double encode_s = now_s() - te;
   retain(rs, frames, src);
   state.advance(Phase::kResync);
-  // Every acknowledgement of the earlier operations, now that this one's data is on its way (they
-  // were sent when those calls returned, so this rarely waits): a rank that refused one of them
-  // expects its resync in this operation, the very next one.
+  // Every acknowledgement of the earlier operations on these buffers (others' are taken as they come),
+  // now that this one's data is on its way (they were sent when those calls returned, so this rarely
+  // waits): a rank that refused one of them expects its resync in this operation, the very next one.
   if (!full && !elastic) {
-    Status late = e.acks.drain(w, e.rank(), 0);
+    Status late = e.acks.drain_for(w, e.rank(), op.key);
     if (result.ok()) result = late;
     for (auto [r, holds] : rs.need_resync) resync[r] = holds;
   }

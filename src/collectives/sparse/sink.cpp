@@ -369,6 +369,7 @@ void SparseSink::record_stats(const kernels::cpu::ApplyStats& as, const Status& 
   st.wire_bytes = bytes_received();
   uint64_t elems = 0;
   for (auto& l : op_.layout) elems += l.count;
+  st.elements = elems;
   st.density = elems ? double(st.changed) / double(elems) : 0;
   st.encode_s = 0;
   st.full = full_;
