@@ -1,12 +1,16 @@
 #!/usr/bin/python3
-"""Turns sparse_bcast_perf / broadcast_perf JSON lines into plots (matplotlib, Debian's python3-matplotlib).
+"""Turns sparse_bcast_perf / broadcast_perf and rl_loop_sim JSON lines into plots (matplotlib, Debian's
+python3-matplotlib).
 
     bench/plot.py results.jsonl [more.jsonl ...] -o plots/   (Debian's /usr/bin/python3)
 
 Writes: time_vs_density.png (sync time against density, per impl), sparse_vs_dense.png (time per impl
 and scenario), time_vs_size.png (time against buffer size, per impl), time_vs_step.png (time per step
 against the step's dense size, sparrow vs the SparrowRL-format ablation vs each one's lower bound:
-where latency stops dominating), and prints the same comparison as a table.
+where latency stops dominating), and prints the same comparison as a table. From
+`bench/rl_loop_sim.py --sweep-mbit ... --json` rows: tokens_vs_bandwidth.png (rollout tokens/s
+against the access links' rate, per model: sparrow, dense broadcast and the ablation, the ideal as a
+dashed line).
 """
 import argparse
 import collections
@@ -88,6 +92,33 @@ def plot_time_vs_step(plt, table, path):
     return len(series)
 
 
+def plot_loop(plt, rows, path):
+    """Rollout tokens/s against link bandwidth, per model and mode (rl_loop_sim rows with mbit)."""
+    fig, ax = plt.subplots()
+    series = collections.defaultdict(list)
+    for r in rows:
+        if r.get("mbit"):
+            series[(r["model"], r["mode"])].append((r["mbit"], r["tokens_per_s"]))
+    for (model, mode), pts in sorted(series.items()):
+        if mode == "blocking":
+            continue
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if mode == "ideal" else "o-", label=f"{model}: {mode}")
+    ax.set_xscale("log")
+    ax.set_xlabel("access link rate (Mbit/s)")
+    ax.set_ylabel("rollout tokens per second")
+    ax.legend(fontsize=6)
+    fig.savefig(path, dpi=120)
+    print(f"{'model':>10} {'mbit':>7} " + " ".join(f"{m:>9}" for m in ("sparrow", "paper", "dense", "ideal")))
+    for model in sorted({m for m, _ in series}):
+        rates = sorted({x for (mo, _), pts in series.items() if mo == model for x, _ in pts})
+        for mbit in rates:
+            by = {mode: dict(pts).get(mbit) for (mo, mode), pts in series.items() if mo == model}
+            print(f"{model:>10} {mbit:>7g} " + " ".join(f"{by[m]:>9.0f}" if by.get(m) else f"{'-':>9}"
+                                                      for m in ("sparrow", "paper", "dense", "ideal")))
+    return len(series)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+")
@@ -103,6 +134,14 @@ def main():
     if not rows:
         sys.exit("no JSON rows in the inputs")
     os.makedirs(a.out, exist_ok=True)
+    loop = [r for r in rows if r.get("tool") == "rl_loop_sim" and not r.get("calibration")]
+    rows = [r for r in rows if "impl" in r]
+    if loop:
+        if not plot_loop(plt, loop, os.path.join(a.out, "tokens_vs_bandwidth.png")):
+            sys.exit("rl_loop_sim rows without a link rate: run it with --sweep-mbit")
+        print(f"wrote tokens_vs_bandwidth.png to {a.out}/ from {len(loop)} rows")
+    if not rows:
+        return
 
     by = collections.defaultdict(list)
     for r in rows:

@@ -42,6 +42,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import sparrow  # noqa: E402
+import argtypes  # noqa: E402
 from model_bench_common import ABLATION, run_emulated, scenario_with_first  # noqa: E402
 
 MODES = ("sparrow", "blocking", "dense", "paper", "ideal")
@@ -52,15 +53,7 @@ TEXT = "/usr/share/common-licenses/GPL-3"
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-
-    def positive(s):
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{s!r} is not an int") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
-        return v
+    positive = argtypes.positive(int)
 
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     p.add_argument("--scenario", default=os.path.join(HERE, "scenarios", "four_regions.toml"),

@@ -46,5 +46,21 @@ with tempfile.TemporaryDirectory() as d:
     bad = subprocess.run(["/usr/bin/python3", os.path.join(src, "bench/plot.py"), os.path.join(d, "none.jsonl")],
                          capture_output=True, text=True, timeout=60)
     expect(bad.returncode != 0, "a missing input fails")
+    # rl_loop_sim rows (a bandwidth sweep): the tokens/s plot and its table, alone in a file.
+    loop = os.path.join(d, "loop.jsonl")
+    with open(loop, "w") as f:
+        for mbit, tps in ((100, {"sparrow": 900, "dense": 60, "paper": 500, "ideal": 1000}),
+                          (1000, {"sparrow": 1000, "dense": 400, "paper": 980, "ideal": 1000})):
+            for mode, t in tps.items():
+                f.write(json.dumps({"tool": "rl_loop_sim", "model": "qwen3-8b", "mode": mode, "mbit": mbit,
+                                    "tokens_per_s": t}) + "\n")
+    out = subprocess.run(["/usr/bin/python3", os.path.join(src, "bench/plot.py"), loop, "-o", os.path.join(d, "q")],
+                         capture_output=True, text=True, timeout=120)
+    expect(out.returncode == 0, "plot.py on loop rows: " + out.stderr[-500:])
+    p = os.path.join(d, "q", "tokens_vs_bandwidth.png")
+    expect(os.path.exists(p) and os.path.getsize(p) > 1000, "tokens_vs_bandwidth.png written")
+    table = [l.split() for l in out.stdout.splitlines() if l.strip().startswith("qwen3-8b")]
+    expect(table == [["qwen3-8b", "100", "900", "500", "60", "1000"], ["qwen3-8b", "1000", "1000", "980", "400", "1000"]],
+           f"one line per rate: sparrow, ablation, dense, ideal: {table}")
 print(f"plot test: {checks.fails} failed")
 sys.exit(1 if checks.fails else 0)

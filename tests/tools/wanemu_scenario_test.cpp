@@ -58,6 +58,21 @@ TEST(WanemuScenario, ShippedScenariosParse) {
   EXPECT_EQ(l->delay_ms, 15);
 }
 
+// [prices] is for cost projections: read and checked, and a table may follow it.
+TEST(WanemuScenario, PricesAreReadAndTheRestStillParses) {
+  auto s = parse_scenario("[[host]]\nregion = \"a\"\n[prices]\ngpu_hour_on_demand = 2.85\ngpu_hour_reserved = 6.5\n"
+                          "egress_per_gb = 0.09\ngpus_per_host = 8\n[[host]]\nregion = \"b\"\n");
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->hosts.size(), 2u);
+  EXPECT_EQ(s->prices.gpu_hour_on_demand, 2.85);
+  EXPECT_EQ(s->prices.gpu_hour_reserved, 6.5);
+  EXPECT_EQ(s->prices.egress_per_gb, 0.09);
+  EXPECT_EQ(s->prices.gpus_per_host, 8);
+  auto none = load_scenario(std::string(SPARROW_SOURCE_DIR) + "/bench/scenarios/us_canada.toml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->prices.gpu_hour_on_demand, 0);
+}
+
 TEST(WanemuScenario, ClearErrors) {
   auto bad = [](const char* text, const char* needle) {
     auto s = parse_scenario(text);
@@ -70,6 +85,8 @@ TEST(WanemuScenario, ClearErrors) {
   bad("[[host]]\nregion = \"a\"\n[[link]]\na = \"a\"\nb = \"z\"\n", "region 'z'");
   bad("[[host]]\n[[link]]\nloss = 2\na = \"default\"\n", "loss = 2");
   bad("[hosts]\n", "unknown table");
+  bad("[[host]]\n[prices]\ngpu_hour = 3\n", "unknown prices key 'gpu_hour'");
+  bad("[[host]]\n[prices]\negress_per_gb = -1\n", "egress_per_gb = -1");
   EXPECT_EQ(load_scenario("/no/such/file.toml").status().code(), Code::kInvalidArgument);
 }
 

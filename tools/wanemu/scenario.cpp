@@ -132,7 +132,7 @@ using Table = std::map<std::string, std::string>;
 
 // The scenario's text as key = value tables: the top level, then each [[host]], [[link]], [[fault]].
 struct Tables {
-  Table top;
+  Table top, prices;
   std::vector<Table> hosts, links, faults;
 };
 
@@ -168,7 +168,11 @@ Result<Tables> read_tables(const std::string& text) {
       t = &next->emplace_back();
       continue;
     }
-    if (line[0] == '[') return err("unknown table " + line + " (expected [[host]], [[link]] or [[fault]])");
+    if (line == "[prices]") {
+      t = &tb.prices;
+      continue;
+    }
+    if (line[0] == '[') return err("unknown table " + line + " (expected [[host]], [[link]], [[fault]] or [prices])");
     size_t eq = line.find('=');
     if (eq == std::string::npos) return err("expected key = value");
     std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
@@ -264,6 +268,16 @@ Status read_fault(Table t, Scenario& s) {
   return Status::Ok();
 }
 
+Status read_prices(Table t, Scenario& s) {
+  Prices& p = s.prices;
+  SPARROW_RETURN_IF_ERROR(take_num(t, "gpu_hour_on_demand", &p.gpu_hour_on_demand, 0, 1e6));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "gpu_hour_reserved", &p.gpu_hour_reserved, 0, 1e6));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "egress_per_gb", &p.egress_per_gb, 0, 1e6));
+  SPARROW_RETURN_IF_ERROR(take_num(t, "gpus_per_host", &p.gpus_per_host, 0, 4096));
+  if (!t.empty()) return InvalidArgument("scenario: unknown prices key '" + t.begin()->first + "'");
+  return Status::Ok();
+}
+
 // Hosts exist, and the regions and hosts that links and faults name are among them.
 Status check_names(const Scenario& s) {
   if (s.hosts.empty()) return InvalidArgument("scenario: no [[host]]");
@@ -289,6 +303,7 @@ Result<Scenario> parse_scenario(const std::string& text) {
   for (auto& t : tb.hosts) SPARROW_RETURN_IF_ERROR(read_host(std::move(t), s));
   for (auto& t : tb.links) SPARROW_RETURN_IF_ERROR(read_link(std::move(t), s));
   for (auto& t : tb.faults) SPARROW_RETURN_IF_ERROR(read_fault(std::move(t), s));
+  SPARROW_RETURN_IF_ERROR(read_prices(std::move(tb.prices), s));
   std::stable_sort(s.faults.begin(), s.faults.end(), [](const Fault& a, const Fault& b) { return a.at_s < b.at_s; });
   SPARROW_RETURN_IF_ERROR(check_names(s));
   return s;

@@ -25,6 +25,11 @@
 //   peer = "us"              # partition/stall: only between target and peer (default: everything else)
 //   for_s = 2                # how long (stop/partition: default until the end; stall: required)
 //   leaves = true            # kill/stop: only processes without children (an MPI rank, not its orted)
+//   [prices]                 # optional, for cost projections (bench/rl_loop_sim.py); the emulator ignores it
+//   gpu_hour_on_demand = 2.85   # USD per GPU-hour of the scenario's hosts
+//   gpu_hour_reserved = 6.50    # USD per GPU-hour of a reserved single-datacenter RDMA cluster
+//   egress_per_gb = 0.09        # USD per GB leaving a region
+//   gpus_per_host = 8
 #pragma once
 
 #include <cstdint>
@@ -63,6 +68,11 @@ const char* fault_kind_name(Fault::Kind k);
 Result<Fault> parse_fault(const std::vector<std::string>& words);
 std::string describe(const Fault& f);
 
+// Prices for cost projections ([prices]; 0: not given).
+struct Prices {
+  double gpu_hour_on_demand = 0, gpu_hour_reserved = 0, egress_per_gb = 0, gpus_per_host = 0;
+};
+
 struct Scenario {
   uint64_t seed = 1;
   int mtu = 1500;
@@ -70,6 +80,7 @@ struct Scenario {
   std::vector<Host> hosts;
   std::vector<Link> links;
   std::vector<Fault> faults;  // scheduled, by at_s
+  Prices prices;
   std::vector<std::string> regions() const;
   // The hosts a fault target names: "region:R", "host:H", a region, a host name, or a host index.
   Result<std::vector<int>> resolve(const std::string& target) const;
