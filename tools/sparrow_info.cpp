@@ -171,9 +171,9 @@ static int print_topology(bool json) {
   if (cpus.ok()) affinity::set_cpus(cpus->cpus);  // as a communicator would: kernel_threads() counts them
   if (json) {
     printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d,"
-           "\"thread_cpus\":\"%s\"}\n",
+           "\"thread_cpus\":\"%s\",\"buffer_numa\":%d}\n",
            topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, kernel_threads(),
-           cpus.ok() ? topo::cpu_list(cpus->cpus).c_str() : "");
+           cpus.ok() ? topo::cpu_list(cpus->cpus).c_str() : "", cpus.ok() ? cpus->numa : -1);
     return 0;
   }
   printf("%s", topo::describe(t.value()).c_str());

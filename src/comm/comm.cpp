@@ -67,6 +67,8 @@ Status bind_threads(int rank, const std::optional<topo::NicChoice>& nic) {
   SPARROW_ASSIGN_OR_RETURN(topo::ThreadCpus tc,
                            topo::choose_thread_cpus(allowed_cpus(), nic, topo::cpu_affinity_setting()));
   affinity::set_cpus(tc.cpus);
+  if (!affinity::set_memory_node(tc.numa))
+    tc.why += " (NUMA node " + std::to_string(tc.numa) + " is not this host's: buffers where first touched)";
   SPARROW_INFO("rank %d: %s", rank, tc.why.c_str());
   return Status::Ok();
 }

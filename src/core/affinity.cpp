@@ -1,10 +1,15 @@
 #include "core/affinity.h"
 
+#include <linux/mempolicy.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <string>
 
 namespace sparrow::affinity {
 namespace {
@@ -13,6 +18,7 @@ std::vector<int>& chosen() {
   static std::vector<int> v;
   return v;
 }
+std::atomic<int> memory_node_{-1};
 
 Result<int> cpu_number(const std::string& s, const std::string& whole) {
   if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos)
@@ -40,6 +46,23 @@ void bind_this_thread() {
   CPU_ZERO(&set);
   for (int c : v) CPU_SET(c, &set);
   (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+bool set_memory_node(int node) {
+  const bool exists = node >= 0 && node < 1024 &&
+                      access(("/sys/devices/system/node/node" + std::to_string(node)).c_str(), F_OK) == 0;
+  memory_node_.store(exists ? node : -1);
+  return exists || node < 0;
+}
+
+int memory_node() { return memory_node_.load(); }
+
+void prefer_memory_node(void* p, size_t bytes) {
+  const int node = memory_node_.load();
+  if (node < 0 || !p || !bytes) return;
+  unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
+  mask[size_t(node) / (8 * sizeof(unsigned long))] = 1ul << (size_t(node) % (8 * sizeof(unsigned long)));
+  (void)syscall(SYS_mbind, p, bytes, MPOL_PREFERRED, mask, 1024ul, 0u);
 }
 
 Result<std::vector<int>> parse_cpu_list(const std::string& s) {

@@ -4,6 +4,7 @@
 // One set per process: the last communicator made chooses it.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <thread>
 #include <utility>
@@ -26,6 +27,15 @@ std::thread thread(F&& f) {
     f();
   });
 }
+// The NUMA node sparrow's large buffers (BigAlloc: the encoder's shadow, a model's mirrors) prefer:
+// the one of the NIC its threads run near. -1: none (pages land where they are first touched).
+// A node this host does not have is refused (false) and leaves none.
+bool set_memory_node(int node);
+int memory_node();
+// Asks the kernel to place [p, p + bytes) (page-aligned, not yet touched) on memory_node(), as a
+// preference (MPOL_PREFERRED: other nodes when it is full); nothing when there is none or the call
+// fails.
+void prefer_memory_node(void* p, size_t bytes);
 // "0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11}; kInvalidArgument naming what is wrong.
 Result<std::vector<int>> parse_cpu_list(const std::string& s);
 

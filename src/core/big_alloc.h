@@ -1,7 +1,8 @@
 // An allocator for large byte buffers (the encoder's shadow of the model): memory from mmap with
 // transparent huge pages requested (one page fault per 2 MiB instead of per 4 KiB when the kernel
 // allows it, "madvise" mode included), and elements left uninitialised on resize (the buffer is
-// always written before it is read, so no zero-filling pass over gigabytes).
+// always written before it is read, so no zero-filling pass over gigabytes), on the NUMA node of the
+// NIC sparrow's threads run near when one is known (core/affinity.h).
 #pragma once
 
 #include <sys/mman.h>
@@ -11,6 +12,8 @@
 #include <new>
 #include <utility>
 #include <vector>
+
+#include "core/affinity.h"
 
 namespace sparrow {
 
@@ -29,6 +32,7 @@ struct BigAlloc {
 #ifdef MADV_HUGEPAGE
     ::madvise(p, bytes, MADV_HUGEPAGE);
 #endif
+    affinity::prefer_memory_node(p, bytes);  // near the NIC, before the first touch
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) {

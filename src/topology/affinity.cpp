@@ -21,15 +21,18 @@ std::vector<int> both(const std::vector<int>& a, const std::vector<int>& b) {
 
 ThreadCpus near_the_nic(const std::vector<int>& allowed, const std::optional<NicChoice>& nic) {
   if (!nic || nic->nic.cpus.empty())
-    return {{}, "threads unbound: no NIC locality is known (hwloc lists none of this host's interfaces)"};
+    return {{}, -1, "threads unbound: no NIC locality is known (hwloc lists none of this host's interfaces)"};
   const std::vector<int> local = both(nic->nic.cpus, allowed);
   if (local.empty())
-    return {{}, "threads unbound: the CPUs local to " + nic->nic.name + " (" + cpu_list(nic->nic.cpus) +
+    return {{}, -1, "threads unbound: the CPUs local to " + nic->nic.name + " (" + cpu_list(nic->nic.cpus) +
                     ") are all outside this process's mask (" + cpu_list(allowed) + ")"};
+  const int node = nic->nic.numa;
+  const std::string memory = node >= 0 ? "; buffers on NUMA node " + std::to_string(node) : "";
   if (local.size() == allowed.size())
-    return {local, "threads on CPUs " + cpu_list(local) + ": this process's whole mask, all local to " + nic->nic.name};
-  return {local, "threads on CPUs " + cpu_list(local) + ", local to " + nic->nic.name + " (of this process's " +
-                     cpu_list(allowed) + ")"};
+    return {local, node, "threads on CPUs " + cpu_list(local) + ": this process's whole mask, all local to " +
+                             nic->nic.name + memory};
+  return {local, node, "threads on CPUs " + cpu_list(local) + ", local to " + nic->nic.name + " (of this process's " +
+                           cpu_list(allowed) + ")" + memory};
 }
 }  // namespace
 
@@ -37,7 +40,7 @@ std::string cpu_affinity_setting() { return kAffinity.get(); }
 
 Result<ThreadCpus> choose_thread_cpus(const std::vector<int>& allowed, const std::optional<NicChoice>& nic,
                                       const std::string& setting) {
-  if (setting == "none") return ThreadCpus{{}, "threads unbound (SPARROW_CPU_AFFINITY=none)"};
+  if (setting == "none") return ThreadCpus{{}, -1, "threads unbound (SPARROW_CPU_AFFINITY=none)"};
   if (setting == "auto" || setting.empty()) return near_the_nic(allowed, nic);
   auto listed = affinity::parse_cpu_list(setting);
   if (!listed.ok()) return Status(listed.status()).context("SPARROW_CPU_AFFINITY");
@@ -45,7 +48,7 @@ Result<ThreadCpus> choose_thread_cpus(const std::vector<int>& allowed, const std
   if (cpus.empty())
     return InvalidArgument("SPARROW_CPU_AFFINITY=" + setting + ": none of these CPUs is one this process may use (" +
                            cpu_list(allowed) + ")");
-  return ThreadCpus{cpus, "threads on CPUs " + cpu_list(cpus) + " (SPARROW_CPU_AFFINITY=" + setting + ")"};
+  return ThreadCpus{cpus, -1, "threads on CPUs " + cpu_list(cpus) + " (SPARROW_CPU_AFFINITY=" + setting + ")"};
 }
 
 }  // namespace sparrow::topo

@@ -17,6 +17,7 @@ namespace sparrow::topo {
 
 struct ThreadCpus {
   std::vector<int> cpus;  // empty: unbound
+  int numa = -1;          // the NUMA node large buffers prefer: the NIC's, when the threads run near it
   std::string why;        // one line, logged at INFO by every rank
 };
 

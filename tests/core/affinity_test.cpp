@@ -9,6 +9,14 @@
 #include <mutex>
 #include <thread>
 
+#include <linux/mempolicy.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/big_alloc.h"
 #include "core/parallel.h"
 
 namespace sparrow::affinity {
@@ -54,6 +62,33 @@ TEST(Affinity, ThePoolsThreadsRunOnTheChosenCpusAndTheCallerStaysAsItWas) {
   EXPECT_EQ(kernel_threads(), int(mine.size()));
   both_workers();
   EXPECT_EQ(seen[1], mine) << "unbound again";
+}
+
+// Large buffers prefer the chosen NUMA node: the kernel's policy for their pages says so (this host's
+// node 0; a node the host does not have is refused and leaves the default policy).
+TEST(Affinity, LargeBuffersPreferTheChosenNumaNode) {
+  auto policy_of = [](void* p, int* node) {
+    int mode = -1;
+    unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
+    EXPECT_EQ(syscall(SYS_get_mempolicy, &mode, mask, 1024ul, p, unsigned(MPOL_F_ADDR)), 0) << strerror(errno);
+    *node = (mask[0] & 1) ? 0 : -1;
+    return mode;
+  };
+  ASSERT_TRUE(set_memory_node(0));
+  {
+    BigBytes b(size_t(8) << 20);  // mmap'd (>= 4 MiB)
+    int node = -1;
+    EXPECT_EQ(policy_of(b.data(), &node), MPOL_PREFERRED);
+    EXPECT_EQ(node, 0);
+  }
+  EXPECT_FALSE(set_memory_node(4000)) << "no such node here";
+  EXPECT_EQ(memory_node(), -1);
+  {
+    BigBytes b(size_t(8) << 20);
+    int node = -1;
+    EXPECT_EQ(policy_of(b.data(), &node), MPOL_DEFAULT);
+  }
+  EXPECT_TRUE(set_memory_node(-1));
 }
 
 }  // namespace

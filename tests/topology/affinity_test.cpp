@@ -31,6 +31,12 @@ TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->cpus, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_NE(c->why.find("local to ens1f0"), std::string::npos) << c->why;
+  EXPECT_EQ(c->numa, 0) << "buffers on the NIC's node";
+  EXPECT_NE(c->why.find("buffers on NUMA node 0"), std::string::npos) << c->why;
+  auto far = choose_thread_cpus(t, choose_nic(two_socket({4, 5}), kUp), "auto");  // a thread on node 1: ens2f0
+  ASSERT_TRUE(far.ok());
+  EXPECT_EQ(far->cpus, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(far->numa, 1);
   // A restricted inherited mask (mpirun --bind-to, taskset) wins: only its NIC-local part.
   c = choose_thread_cpus({2, 3, 4, 5}, nic, "auto");
   ASSERT_TRUE(c.ok());
@@ -39,6 +45,7 @@ TEST(ThreadCpus, AutoTakesTheNicsLocalCpusWithinTheMask) {
   c = choose_thread_cpus({4, 5}, nic, "auto");
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->cpus.empty());
+  EXPECT_EQ(c->numa, -1) << "no binding, no preferred node";
   EXPECT_NE(c->why.find("outside this process's mask (4-5)"), std::string::npos) << c->why;
 }
 #endif
