@@ -189,17 +189,29 @@ void Relay::skip_holds() {
   }
 }
 
-Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
-  auto m = recv_serving(sub, part_deadline());
-  while (!m.ok() && held(m.status())) m = recv_serving(sub, part_deadline());
-  if (m.ok()) skip_holds();
-  if (m.ok()) return m;
-  if (ask_adopter(sub, m.status())) {
-    m = recv_serving(sub, part_deadline());
-    if (m.ok()) return m;
+namespace {
+const Status& status_of(const Status& s) { return s; }
+template <class T>
+Status status_of(const Result<T>& r) {
+  return r.status();
+}
+}  // namespace
+
+template <class Get>
+auto Relay::with_failover(uint32_t sub, Get get) -> decltype(get()) {
+  auto r = get();
+  while (!r.ok() && held(status_of(r))) r = get();
+  if (r.ok()) {
+    skip_holds();
+    return r;
   }
-  if (!reattach(sub, m.status())) return m;
-  return recv_serving(sub, part_deadline());
+  if (ask_adopter(sub, status_of(r))) r = get();
+  if (!r.ok() && reattach(sub, status_of(r))) r = get();  // the root sends the rest whole again
+  return r;
+}
+
+Result<std::vector<uint8_t>> Relay::receive(uint32_t sub) {
+  return with_failover(sub, [&] { return recv_serving(sub, part_deadline()); });
 }
 
 Result<Frame> Relay::next(uint32_t sub) { return forward_received(sub, receive(sub)); }
@@ -223,12 +235,9 @@ Result<Frame> Relay::forward_received(uint32_t sub, Result<std::vector<uint8_t>>
 Status Relay::next_into(uint32_t sub, uint8_t* dst, size_t n) {
   start_server();
   std::vector<uint8_t> other;  // not a segment: an abort frame from above (or junk)
-  auto get = [&] { return w_.net.recv_into(parent_, w_.key(sub), dst, n, part_deadline(), &other); };
-  Status s = get();
-  while (!s.ok() && held(s)) s = get();
-  if (s.ok()) skip_holds();
-  if (!s.ok() && ask_adopter(sub, s)) s = get();
-  if (!s.ok() && reattach(sub, s)) s = get();  // the root sends the segment whole again
+  Status s = with_failover(sub, [&] {
+    return w_.net.recv_into(parent_, w_.key(sub), dst, n, part_deadline(), &other);
+  });
   if (!s.ok()) return pass_down(sub, std::move(s));
   if (!other.empty()) {
     Frame f = share(std::move(other));

@@ -86,6 +86,11 @@ class Relay {
   Status pass_down(uint32_t sub, Status why);
   // Part `sub` from the parent (elastic: from the root instead, when the parent failed).
   Result<std::vector<uint8_t>> receive(uint32_t sub);
+  // The failover ladder around one receive of part `sub` (`get`: a Status or a Result, the receive
+  // from whoever the parent is now): a held parent is waited for again; then (elastic) an adopter
+  // from this rank's region, then the root, each asked once, and the receive tried again after it.
+  template <class Get>
+  auto with_failover(uint32_t sub, Get get) -> decltype(get());
   // How long part `sub` may take: the operation's deadline; elastic, also the lease (the root) or
   // this rank's patience (another parent).
   transport::Deadline part_deadline() const;

@@ -124,8 +124,10 @@ std::vector<coll::BufferArg> Model::op_bufs(size_t k) const {
     coll::BufferArg b;
     b.count = (g.stop - g.start) * row;
     b.dtype = l.dtype;
-    b.name = l.name + (g.start || g.stop != rows ? "[" + std::to_string(g.start) + ":" + std::to_string(g.stop) + "]" : "");
-    if (op.source == e_.rank()) b.send = static_cast<const uint8_t*>(locals_[g.slice].data) + (g.start - g.slice_start) * row_bytes;
+    const bool part = g.start || g.stop != rows;
+    b.name = l.name + (part ? "[" + std::to_string(g.start) + ":" + std::to_string(g.stop) + "]" : "");
+    const auto* local = static_cast<const uint8_t*>(locals_[g.slice].data);
+    if (op.source == e_.rank()) b.send = local + (g.start - g.slice_start) * row_bytes;
     else b.recv = const_cast<uint8_t*>(mirrors_[g.logical].data()) + g.start * row_bytes;
     out.push_back(std::move(b));
   }
@@ -141,12 +143,14 @@ Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) c
       for (size_t i = 0; p.rank == e_.rank() && i < p.slices.size(); ++i)
         if (p.slices[i].logical == l && p.slices[i].start <= start && stop <= p.slices[i].stop)
           return static_cast<const uint8_t*>(locals_[i].data) + (start - p.slices[i].start) * row_bytes;
-    return Error(Code::kInvalidUsage, "this source does not hold " + which + ": ask the source of those rows, or a receiver");
+    return Error(Code::kInvalidUsage,
+                 "this source does not hold " + which + ": ask the source of those rows, or a receiver");
   }
   if (split_ && !is_source() && !covers(held_, uint32_t(l), start, stop)) {
     std::string held;
     for (const Slice& s : held_)
-      if (s.logical == l) held += (held.empty() ? "" : ", ") + ("[" + std::to_string(s.start) + ", " + std::to_string(s.stop) + ")");
+      if (s.logical == l)
+        held += (held.empty() ? "[" : ", [") + std::to_string(s.start) + ", " + std::to_string(s.stop) + ")";
     return Error(Code::kInvalidUsage, "this rank does not hold " + which + " (its pieces cover rows " +
                                           (held.empty() ? std::string("none") : held) +
                                           "): ask for the digest of rows it holds");
@@ -203,7 +207,8 @@ Status Model::step_split() {
 Status Model::stage_split() {
   std::vector<coll::StagePart> parts;
   for (size_t k = 0; k < ops_.size(); ++k)
-    parts.push_back({takes_part(k) ? op_bufs(k) : std::vector<coll::BufferArg>{}, ops_[k].source, ops_[k].participants});
+    parts.push_back(
+        {takes_part(k) ? op_bufs(k) : std::vector<coll::BufferArg>{}, ops_[k].source, ops_[k].participants});
   return coll::sparse_stage_parts(e_, parts);
 }
 
