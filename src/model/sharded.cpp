@@ -126,9 +126,10 @@ std::vector<coll::BufferArg> Model::op_bufs(size_t k) const {
     b.dtype = l.dtype;
     const bool part = g.start || g.stop != rows;
     b.name = l.name + (part ? "[" + std::to_string(g.start) + ":" + std::to_string(g.stop) + "]" : "");
-    const auto* local = static_cast<const uint8_t*>(locals_[g.slice].data);
-    if (op.source == e_.rank()) b.send = local + (g.start - g.slice_start) * row_bytes;
-    else b.recv = const_cast<uint8_t*>(mirrors_[g.logical].data()) + g.start * row_bytes;
+    if (op.source == e_.rank())  // (the slice indexes the source's own tensors)
+      b.send = static_cast<const uint8_t*>(locals_[g.slice].data) + (g.start - g.slice_start) * row_bytes;
+    else
+      b.recv = const_cast<uint8_t*>(mirrors_[g.logical].data()) + g.start * row_bytes;
     out.push_back(std::move(b));
   }
   return out;
