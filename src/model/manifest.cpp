@@ -132,15 +132,26 @@ std::vector<uint8_t> Manifest::encode() const {
   for (const auto& p : parts) {
     bits::put_u32(o, uint32_t(p.rank));
     bits::put_u32(o, uint32_t(p.slices.size()));
-    for (const auto& s : p.slices) {
-      bits::put_u32(o, s.logical);
-      bits::put_u64(o, s.start);
-      bits::put_u64(o, s.stop);
-    }
+    for (const auto& s : p.slices) put_slice(o, s);
   }
   bits::put_u32(o, uint32_t(error.size()));
   o.insert(o.end(), error.begin(), error.end());
   return o;
+}
+
+void put_slice(std::vector<uint8_t>& o, const Slice& s) {
+  bits::put_u32(o, s.logical);
+  bits::put_u64(o, s.start);
+  bits::put_u64(o, s.stop);
+}
+
+Status read_slice(bits::ByteReader& r, const Manifest& m, const std::string& what, Slice* s) {
+  SPARROW_RETURN_IF_ERROR(r.u32(&s->logical));
+  SPARROW_RETURN_IF_ERROR(r.u64(&s->start));
+  SPARROW_RETURN_IF_ERROR(r.u64(&s->stop));
+  if (s->logical >= m.tensors.size() || s->stop <= s->start || s->stop > rows_of(m.tensors[s->logical].shape))
+    return CorruptData(what + ": rows out of the model's tensors' range");
+  return Status::Ok();
 }
 
 namespace {
@@ -157,11 +168,7 @@ Status decode_parts(bits::ByteReader& r, Manifest& out) {
     p.rank = int32_t(rank);
     for (uint32_t j = 0; j < k; ++j) {
       Slice s;
-      SPARROW_RETURN_IF_ERROR(r.u32(&s.logical));
-      SPARROW_RETURN_IF_ERROR(r.u64(&s.start));
-      SPARROW_RETURN_IF_ERROR(r.u64(&s.stop));
-      if (s.logical >= out.tensors.size() || s.stop <= s.start || s.stop > rows_of(out.tensors[s.logical].shape))
-        return CorruptData("model manifest: a slice out of range");
+      SPARROW_RETURN_IF_ERROR(read_slice(r, out, "model manifest", &s));
       p.slices.push_back(s);
     }
     out.parts.push_back(std::move(p));

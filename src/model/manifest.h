@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bits.h"
 #include "core/status.h"
 
 namespace sparrow::model {
@@ -68,6 +69,11 @@ struct Manifest {
   static Result<Manifest> decode(std::span<const uint8_t> m);
   int find(const std::string& name) const;  // index, or -1
 };
+
+// A slice on the wire (u32 logical, u64 start, u64 stop), and read back: kCorruptData, prefixed with
+// `what`, for one outside `m`'s tensors (an unknown tensor, no rows, past its last row).
+void put_slice(std::vector<uint8_t>& o, const Slice& s);
+Status read_slice(bits::ByteReader& r, const Manifest& m, const std::string& what, Slice* s);
 
 // A rank's own tensors, before anything travels: unique names, known dtypes, shapes whose size fits,
 // pieces inside the local tensor's bounds and not overlapping each other there. A source's tensors

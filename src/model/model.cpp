@@ -212,23 +212,26 @@ void Model::forget() {
   for (const auto& b : bufs()) (void)coll::sparse_reset(e_, is_root() ? b.send : b.recv);
 }
 
-Result<uint64_t> Model::digest(const std::string& name) const {
+Result<size_t> Model::logical_index(const std::string& name) const {
   if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
   const int l = manifest_.find(name);
   if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
-  return digest_rows(name, 0, rows_of(manifest_.tensors[size_t(l)].shape));
+  return size_t(l);
+}
+
+Result<uint64_t> Model::digest(const std::string& name) const {
+  SPARROW_ASSIGN_OR_RETURN(size_t l, logical_index(name));
+  return digest_rows(name, 0, rows_of(manifest_.tensors[l].shape));
 }
 
 Result<uint64_t> Model::digest_rows(const std::string& name, uint64_t start, uint64_t stop) const {
-  if (!agreed_) return Error(Code::kInvalidUsage, "no step has run yet: the model's tensors are not known");
-  const int l = manifest_.find(name);
-  if (l < 0) return InvalidArgument("the model has no tensor named '" + name + "'");
-  const auto& t = manifest_.tensors[size_t(l)];
+  SPARROW_ASSIGN_OR_RETURN(size_t l, logical_index(name));
+  const auto& t = manifest_.tensors[l];
   const uint64_t rows = rows_of(t.shape);
   if (start >= stop || stop > rows)
     return InvalidArgument("rows [" + std::to_string(start) + ", " + std::to_string(stop) + ") of '" + name +
                            "', which has " + std::to_string(rows));
-  SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(size_t(l), start, stop));
+  SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(l, start, stop));
   if (kernels::is_device(kernels::device_ops(), p))
     return InvalidArgument("tensor '" + name + "' is in device memory: its digest is computed on host tensors only");
   const uint64_t row = rows ? t.numel() / rows : 0;

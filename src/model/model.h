@@ -53,8 +53,6 @@ class Model {
   // ... of its rows [start, stop), on any rank that holds them: the digests of rows that tile a
   // tensor add up (mod 2^64) to the tensor's digest.
   Result<uint64_t> digest_rows(const std::string& name, uint64_t start, uint64_t stop) const;
-  // Whether a step is split into several operations (split.h), and how many.
-  size_t operations() const { return split_ ? ops_.size() : 1; }
   // Bytes written into local pieces by the last step's projection.
   uint64_t projected_bytes() const { return projected_; }
   const Manifest& manifest() const { return manifest_; }
@@ -72,6 +70,7 @@ class Model {
   Status agree_one(const coll::OpWire& w);
   Status split(const coll::OpWire& w);   // every receiver's rows, and the operations of a step
   Result<Needs> share_needs(const coll::OpWire& w);
+  Result<size_t> logical_index(const std::string& name) const;  // kInvalidUsage before the first step
   std::vector<int> receivers() const;
   Status plan(const Manifest& m);        // a receiver's targets and mirrors
   std::vector<coll::BufferArg> bufs() const;

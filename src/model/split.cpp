@@ -13,11 +13,7 @@ constexpr uint32_t kNeedsMagic = 0x5344454e;  // "NEDS"
 
 void put_rows(std::vector<uint8_t>& o, const std::vector<Slice>& rows) {
   bits::put_u32(o, uint32_t(rows.size()));
-  for (const Slice& s : rows) {
-    bits::put_u32(o, s.logical);
-    bits::put_u64(o, s.start);
-    bits::put_u64(o, s.stop);
-  }
+  for (const Slice& s : rows) put_slice(o, s);
 }
 
 Status read_rows(bits::ByteReader& r, const Manifest& m, std::vector<Slice>* out) {
@@ -27,11 +23,7 @@ Status read_rows(bits::ByteReader& r, const Manifest& m, std::vector<Slice>* out
                                                  std::to_string(r.remaining()) + " bytes");
   for (uint32_t i = 0; i < n; ++i) {
     Slice s;
-    SPARROW_RETURN_IF_ERROR(r.u32(&s.logical));
-    SPARROW_RETURN_IF_ERROR(r.u64(&s.start));
-    SPARROW_RETURN_IF_ERROR(r.u64(&s.stop));
-    if (s.logical >= m.tensors.size() || s.stop <= s.start || s.stop > rows_of(m.tensors[s.logical].shape))
-      return CorruptData("a receiver's rows: a range outside the model's tensors");
+    SPARROW_RETURN_IF_ERROR(read_slice(r, m, "a receiver's rows", &s));
     if (!out->empty() && std::make_pair(s.logical, s.start) <= std::make_pair(out->back().logical, out->back().stop))
       return CorruptData("a receiver's rows: ranges out of order or overlapping");
     out->push_back(s);
