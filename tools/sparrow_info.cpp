@@ -170,9 +170,9 @@ static int print_topology(bool json) {
   auto cpus = topo::choose_thread_cpus(t.value().allowed, nic, topo::cpu_affinity_setting());
   if (cpus.ok()) affinity::set_cpus(cpus->cpus);  // as a communicator would: kernel_threads() counts them
   if (json) {
-    printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"threads\":%d,"
-           "\"thread_cpus\":\"%s\",\"buffer_numa\":%d}\n",
-           topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, kernel_threads(),
+    printf("{\"topology\":%s,\"address\":\"%s\",\"interface\":\"%s\",\"interface_numa\":%d,\"gpu\":\"%s\","
+           "\"threads\":%d,\"thread_cpus\":\"%s\",\"buffer_numa\":%d}\n",
+           topo::to_json(t.value()).c_str(), addr.c_str(), ifname.c_str(), numa, nic ? nic->gpu.c_str() : "", kernel_threads(),
            cpus.ok() ? topo::cpu_list(cpus->cpus).c_str() : "", cpus.ok() ? cpus->numa : -1);
     return 0;
   }

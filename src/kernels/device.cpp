@@ -66,9 +66,9 @@ void load() {
     return;
   }
   using Factory = DeviceOps* (*)(char* why, size_t why_len);
-  auto f = reinterpret_cast<Factory>(dlsym(h, "sparrow_cuda_device_ops_v2"));
+  auto f = reinterpret_cast<Factory>(dlsym(h, "sparrow_cuda_device_ops_v3"));
   if (!f) {
-    g_reason = "libsparrow_cuda.so has no sparrow_cuda_device_ops_v2 (version mismatch?)";
+    g_reason = "libsparrow_cuda.so has no sparrow_cuda_device_ops_v3 (version mismatch?)";
     return;
   }
   char why[512] = {0};
@@ -95,6 +95,11 @@ void set_device_ops(DeviceOps* ops) {
 }
 
 std::string device_unavailable_reason() { return g_reason; }
+
+std::string current_gpu_pci() {
+  DeviceOps* d = device_ops();
+  return d ? d->pci_bus_id() : "";
+}
 
 Status device_error(const DeviceOps* d, int err, const char* what) {
   if (err == 0) return Status::Ok();

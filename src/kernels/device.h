@@ -55,12 +55,17 @@ class DeviceOps {
   // Receiver side, `base` on the device, positions and values in host memory.
   virtual int gather(const void* base, const uint32_t* pos, size_t k, uint32_t s, uint8_t* out) = 0;
   virtual int scatter(void* base, const uint32_t* pos, size_t k, uint32_t s, const uint8_t* vals) = 0;
+  // The PCI bus id (dddd:bb:dd.f) of the calling thread's current device, "" when it has none: the
+  // GPU whose nearest NIC a communicator listens on (topology/nic.h).
+  virtual std::string pci_bus_id() const { return ""; }
 };
 
 // The process's device backend (loaded once), or null when there is none.
 DeviceOps* device_ops();
 // Tests: replaces the backend (null restores "none"); not thread-safe against running collectives.
 void set_device_ops(DeviceOps* ops);
+// The calling thread's current GPU's PCI bus id as the backend writes it ("" without a device backend).
+std::string current_gpu_pci();
 // Why device_ops() is null (for error messages), e.g. "libsparrow_cuda.so not found".
 std::string device_unavailable_reason();
 

@@ -52,15 +52,38 @@ std::vector<int> cpus_of(hwloc_const_cpuset_t set) {
   return v;
 }
 
-std::string pci_of(hwloc_obj_t o) {
-  for (; o; o = o->parent) {
-    if (o->type != HWLOC_OBJ_PCI_DEVICE) continue;
-    char b[32];
-    snprintf(b, sizeof b, "%04x:%02x:%02x.%01x", unsigned(o->attr->pcidev.domain), unsigned(o->attr->pcidev.bus),
-             unsigned(o->attr->pcidev.dev), unsigned(o->attr->pcidev.func));
-    return b;
+hwloc_obj_t pci_device_of(hwloc_obj_t o) {
+  for (; o; o = o->parent)
+    if (o->type == HWLOC_OBJ_PCI_DEVICE) return o;
+  return nullptr;
+}
+
+std::string bus_id(hwloc_obj_t pci) {
+  if (!pci) return "";
+  char b[32];
+  snprintf(b, sizeof b, "%04x:%02x:%02x.%01x", unsigned(pci->attr->pcidev.domain), unsigned(pci->attr->pcidev.bus),
+           unsigned(pci->attr->pcidev.dev), unsigned(pci->attr->pcidev.func));
+  return b;
+}
+
+// The objects above `o`, nearest first, each with the kind of link it is.
+std::vector<PciHop> path_of(hwloc_obj_t o) {
+  std::vector<PciHop> p;
+  for (o = o ? o->parent : nullptr; o; o = o->parent) {
+    PciLink l = PciLink::kSystem;
+    if (o->type == HWLOC_OBJ_BRIDGE)
+      l = o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI ? PciLink::kSwitch : PciLink::kHostBridge;
+    else if (o->nodeset && hwloc_bitmap_weight(o->nodeset) == 1)
+      l = PciLink::kNode;
+    p.push_back({o->gp_index, l});
   }
-  return "";
+  return p;
+}
+
+// The NUMA node of the first non-I/O object above `o` when it spans exactly one (-1 otherwise).
+int numa_above(hwloc_topology_t t, hwloc_obj_t o) {
+  hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o);
+  return local && local->nodeset && hwloc_bitmap_weight(local->nodeset) == 1 ? hwloc_bitmap_first(local->nodeset) : -1;
 }
 
 Result<TopoPtr> load(const std::string& xml) {
@@ -86,13 +109,28 @@ void fill_nics(hwloc_topology_t t, HostTopology& h) {
     if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK && o->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
     Nic n;
     n.name = o->name ? o->name : "?";
-    n.pci = pci_of(o);
-    if (hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o)) {
-      n.cpus = cpus_of(local->cpuset);
-      // Local to one NUMA node when the object it hangs off spans exactly one (a NIC under the machine does not).
-      if (local->nodeset && hwloc_bitmap_weight(local->nodeset) == 1) n.numa = hwloc_bitmap_first(local->nodeset);
-    }
+    hwloc_obj_t pci = pci_device_of(o);
+    n.pci = bus_id(pci);
+    n.path = path_of(pci ? pci : o);
+    if (hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o)) n.cpus = cpus_of(local->cpuset);
+    // Local to one NUMA node when the object it hangs off spans exactly one (a NIC under the machine does not).
+    n.numa = numa_above(t, o);
     h.nics.push_back(std::move(n));
+  }
+}
+
+// 3D controllers, and display controllers by NVIDIA (10de) or AMD (1002): a server's BMC VGA is not one.
+bool is_gpu(hwloc_obj_t o) {
+  const unsigned cls = o->attr->pcidev.class_id, vendor = o->attr->pcidev.vendor_id;
+  return cls == 0x0302 || ((cls >> 8) == 0x03 && (vendor == 0x10de || vendor == 0x1002));
+}
+
+void fill_gpus(hwloc_topology_t t, HostTopology& h) {
+  for (hwloc_obj_t o = hwloc_get_next_pcidev(t, nullptr); o; o = hwloc_get_next_pcidev(t, o)) {
+    if (!is_gpu(o)) continue;
+    char ids[16];
+    snprintf(ids, sizeof ids, "%04x:%04x", unsigned(o->attr->pcidev.vendor_id), unsigned(o->attr->pcidev.device_id));
+    h.gpus.push_back({bus_id(o), ids, numa_above(t, o), path_of(o)});
   }
 }
 
@@ -111,6 +149,7 @@ Result<HostTopology> from_hwloc(const std::string& xml) {
     h.numa.push_back({int(o->os_index), cpus_of(o->cpuset)});
   }
   fill_nics(t, h);
+  fill_gpus(t, h);
   return h;
 }
 #endif
@@ -134,6 +173,47 @@ Result<HostTopology> discover(const std::string& xml) {
 }
 
 Result<HostTopology> discover() { return discover(kTopoFile.get()); }
+
+const char* pci_link_words(PciLink l) {
+  switch (l) {
+    case PciLink::kSwitch: return "behind the same PCI switch as";
+    case PciLink::kHostBridge: return "on the same host bridge as";
+    case PciLink::kNode: return "on the same NUMA node as";
+    case PciLink::kSystem: break;
+  }
+  return "across NUMA nodes from";
+}
+
+PciLink pci_link(const std::vector<PciHop>& a, const std::vector<PciHop>& b) {
+  for (const PciHop& x : a)
+    for (const PciHop& y : b)
+      if (x.id == y.id) return x.link;
+  return PciLink::kSystem;
+}
+
+namespace {
+// "dddd:bb:dd.f" from any case and any domain width (CUDA writes 0000:18:00.0, NVML 00000000:18:00.0);
+// "bb:dd.f" is domain 0. Anything else is returned as given.
+std::string pci_normal(const std::string& pci) {
+  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+  int used = 0;
+  const bool full = sscanf(pci.c_str(), "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &used) == 4 && size_t(used) == pci.size();
+  if (!full) {
+    dom = 0, used = 0;
+    if (sscanf(pci.c_str(), "%x:%x.%x%n", &bus, &dev, &fn, &used) != 3 || size_t(used) != pci.size()) return pci;
+  }
+  char b[32];
+  snprintf(b, sizeof b, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return b;
+}
+}  // namespace
+
+const Gpu* gpu_at(const HostTopology& t, const std::string& pci) {
+  const std::string want = pci_normal(pci);
+  for (const Gpu& g : t.gpus)
+    if (g.pci == want) return &g;
+  return nullptr;
+}
 
 int numa_of_cpu(const HostTopology& t, int cpu) {
   for (const NumaNode& m : t.numa)
@@ -169,6 +249,9 @@ std::string describe(const HostTopology& t) {
       o += "  NIC " + n.name + (n.pci.empty() ? " (no PCI device)" : " at PCI " + n.pci) +
            (n.numa >= 0 ? ", NUMA node " + std::to_string(n.numa) : ", no single NUMA node") + ", local CPUs " +
            (n.cpus.empty() ? "unknown" : cpu_list(n.cpus)) + "\n";
+    for (const Gpu& g : t.gpus)
+      o += "  GPU " + g.ids + " at PCI " + g.pci +
+           (g.numa >= 0 ? ", NUMA node " + std::to_string(g.numa) : ", no single NUMA node") + "\n";
   }
   o += "  this thread may run on CPUs " + cpu_list(t.allowed) + "\n";
   return o;
@@ -186,6 +269,10 @@ std::string to_json(const HostTopology& t) {
     o += std::string(i ? "," : "") + "{\"name\":" + json_str(n.name) + ",\"pci\":" + json_str(n.pci) +
          ",\"numa\":" + std::to_string(n.numa) + ",\"cpus\":" + json_ints(n.cpus) + "}";
   }
+  o += "],\"gpus\":[";
+  for (size_t i = 0; i < t.gpus.size(); ++i)
+    o += std::string(i ? "," : "") + "{\"pci\":" + json_str(t.gpus[i].pci) + ",\"ids\":" + json_str(t.gpus[i].ids) +
+         ",\"numa\":" + std::to_string(t.gpus[i].numa) + "}";
   return o + "],\"allowed\":" + json_ints(t.allowed) + "}";
 }
 

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "core/params.h"
+#include "kernels/device.h"
 
 namespace sparrow::topo {
 
@@ -25,34 +26,55 @@ int distance(const Nic& n, int thread_numa) {
   return n.numa == thread_numa ? 0 : 2;
 }
 const char* distance_words(int d) { return d == 0 ? "on this thread's NUMA node" : d == 1 ? "local to no single NUMA node" : "on another NUMA node"; }
-}  // namespace
 
-std::optional<NicChoice> choose_nic(const HostTopology& t, const std::vector<transport::net::Interface>& up) {
-  const int node = numa_of_cpus(t, t.allowed);
-  std::vector<std::pair<const Nic*, std::string>> cands;  // NIC, its address
-  for (const Nic& n : t.nics)
-    for (const auto& i : up)
-      if (!i.loopback && i.name == n.name) cands.emplace_back(&n, i.address);
-  if (cands.empty()) return std::nullopt;
-  std::sort(cands.begin(), cands.end(), [&](const auto& a, const auto& b) {
-    const int da = distance(*a.first, node), db = distance(*b.first, node);
-    return da != db ? da < db : a.first->name < b.first->name;
-  });
-  NicChoice c;
-  c.nic = *cands.front().first;
-  c.address = cands.front().second;
-  c.thread_numa = node;
-  const int d = distance(c.nic, node);
-  for (size_t k = 1; k < cands.size(); ++k)
-    if (distance(*cands[k].first, node) == d) c.equals.push_back(cands[k].first->name);
-  c.why = "NIC " + c.nic.name + " (" + c.address + (c.nic.pci.empty() ? "" : ", PCI " + c.nic.pci) + "), " +
-          distance_words(d) + (node >= 0 ? " (node " + std::to_string(node) + ")" : "") + ", local CPUs " +
-          (c.nic.cpus.empty() ? std::string("unknown") : cpu_list(c.nic.cpus));
+struct Candidate {
+  const Nic* nic;
+  std::string address;
+  int gpu_link;  // PciLink to the GPU (0 for every NIC when there is none)
+  int numa_distance;
+  bool as_near(const Candidate& o) const { return gpu_link == o.gpu_link && numa_distance == o.numa_distance; }
+  bool operator<(const Candidate& o) const {
+    if (gpu_link != o.gpu_link) return gpu_link < o.gpu_link;
+    if (numa_distance != o.numa_distance) return numa_distance < o.numa_distance;
+    return nic->name < o.nic->name;
+  }
+};
+
+std::string why_chosen(const NicChoice& c, const Candidate& best, const Gpu* g, const std::string& gpu) {
+  std::string w = "NIC " + c.nic.name + " (" + c.address + (c.nic.pci.empty() ? "" : ", PCI " + c.nic.pci) + "), ";
+  if (g) w += std::string(pci_link_words(PciLink(best.gpu_link))) + " GPU " + g->pci + ", ";
+  w += std::string(distance_words(best.numa_distance)) +
+       (c.thread_numa >= 0 ? " (node " + std::to_string(c.thread_numa) + ")" : "") + ", local CPUs " +
+       (c.nic.cpus.empty() ? std::string("unknown") : cpu_list(c.nic.cpus));
+  if (!gpu.empty() && !g) w += "; GPU " + gpu + " is not in this host's topology, so it was not considered";
   if (!c.equals.empty()) {
     std::string others;
     for (const auto& e : c.equals) others += (others.empty() ? "" : ", ") + e;
-    c.why += "; as near: " + others + " (the first by name was taken; SPARROW_SOCKET_IFNAME picks another)";
+    w += "; as near: " + others + " (the first by name was taken; SPARROW_SOCKET_IFNAME picks another)";
   }
+  return w;
+}
+}  // namespace
+
+std::optional<NicChoice> choose_nic(const HostTopology& t, const std::vector<transport::net::Interface>& up,
+                                    const std::string& gpu) {
+  const int node = numa_of_cpus(t, t.allowed);
+  const Gpu* g = gpu.empty() ? nullptr : gpu_at(t, gpu);
+  std::vector<Candidate> cands;
+  for (const Nic& n : t.nics)
+    for (const auto& i : up)
+      if (!i.loopback && i.name == n.name)
+        cands.push_back({&n, i.address, g ? int(pci_link(n.path, g->path)) : 0, distance(n, node)});
+  if (cands.empty()) return std::nullopt;
+  std::sort(cands.begin(), cands.end());
+  NicChoice c;
+  c.nic = *cands.front().nic;
+  c.address = cands.front().address;
+  c.thread_numa = node;
+  if (g) c.gpu = g->pci;
+  for (size_t k = 1; k < cands.size(); ++k)
+    if (cands[k].as_near(cands.front())) c.equals.push_back(cands[k].nic->name);
+  c.why = why_chosen(c, cands.front(), g, gpu);
   return c;
 }
 
@@ -69,6 +91,8 @@ Result<HostTopology> this_host() {
   return it->second;
 }
 
+std::string gpu_in_use(const HostTopology& t) { return t.gpus.empty() ? "" : kernels::current_gpu_pci(); }
+
 namespace {
 // The NIC hwloc lists behind `address` (a named one), when it does. A loopback address has none:
 // the host's topology is not read for it.
@@ -79,7 +103,7 @@ std::optional<NicChoice> nic_holding(const std::string& address) {
     if (i.address != address || i.loopback) continue;
     auto t = this_host();
     for (const Nic& n : t.ok() ? t.value().nics : std::vector<Nic>{})
-      if (i.name == n.name) return NicChoice{n, address, -1, {}, "named"};
+      if (i.name == n.name) return NicChoice{n, address, -1, "", {}, "named"};
   }
   return std::nullopt;
 }
@@ -91,7 +115,7 @@ Result<std::string> listen_address(std::string* why, std::optional<NicChoice>* n
     auto t = this_host();
     auto up = transport::net::ipv4_interfaces();
     if (t.ok() && up.ok())
-      if (auto c = choose_nic(t.value(), up.value())) {
+      if (auto c = choose_nic(t.value(), up.value(), gpu_in_use(t.value()))) {
         if (why) *why = c->why;
         if (nic) *nic = c;
         return c->address;

@@ -54,6 +54,13 @@ class FakeDevice final : public kernels::DeviceOps {
   std::atomic<int> fail_scatter_after{-1};  // >= 0: the (n+1)-th scatter/copy-to-device fails
   void* last_stream = nullptr;
 
+  std::string pci;                    // what pci_bus_id() answers
+  mutable std::atomic<int> pci_asks{0};
+  std::string pci_bus_id() const override {
+    ++pci_asks;
+    return pci;
+  }
+
   const char* name() const override { return "fake-device (tests)"; }
   std::string error_string(int err) const override { return "fake device error " + std::to_string(err); }
   bool is_device(const void* p) const override {

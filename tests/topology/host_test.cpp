@@ -58,6 +58,37 @@ TEST(HostTopology, TwoSocketsFromXml) {
   EXPECT_NE(j.find("{\"name\":\"ens1f0\",\"pci\":\"0000:17:00.0\",\"numa\":0,\"cpus\":[0,1,2,3]}"), std::string::npos) << j;
 }
 
+// GPUs and the PCI links between devices: a switch, a host bridge, a NUMA node, across nodes.
+TEST(HostTopology, GpusAndTheirPciLinksToNics) {
+  auto r = discover(fixtures::kGpuSwitch);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const HostTopology& t = r.value();
+  ASSERT_EQ(t.gpus.size(), 3u) << "three 3D controllers; the BMC's VGA is not a GPU";
+  const Gpu* g0 = gpu_at(t, "0000:11:00.0");
+  const Gpu* g2 = gpu_at(t, "0000:A0:00.0");
+  ASSERT_TRUE(g0 && g2);
+  EXPECT_EQ(g0->ids, "10de:2330");
+  EXPECT_EQ(g0->numa, 0);
+  EXPECT_EQ(g2->numa, 1);
+  EXPECT_EQ(gpu_at(t, "0000:03:00.0"), nullptr);
+  const Nic *a = nic(t, "ens1f0"), *b = nic(t, "ens1f1"), *c = nic(t, "ens2f0"), *m = nic(t, "eth9");
+  ASSERT_TRUE(a && b && c && m);
+  EXPECT_EQ(pci_link(a->path, g0->path), PciLink::kSwitch);
+  EXPECT_EQ(pci_link(b->path, g0->path), PciLink::kNode);
+  EXPECT_EQ(pci_link(c->path, g0->path), PciLink::kSystem);
+  EXPECT_EQ(pci_link(m->path, g0->path), PciLink::kSystem);
+  EXPECT_EQ(pci_link(c->path, g2->path), PciLink::kNode);
+  EXPECT_EQ(pci_link(a->path, b->path), PciLink::kNode);
+  // Two devices on one host bridge: the NIC and the BMC's VGA share eth9's.
+  ASSERT_FALSE(m->path.empty());
+  EXPECT_EQ(m->path.front().link, PciLink::kHostBridge);
+  EXPECT_EQ(pci_link(m->path, m->path), PciLink::kHostBridge);
+  const std::string d = describe(t);
+  EXPECT_NE(d.find("GPU 10de:2330 at PCI 0000:91:00.0, NUMA node 1"), std::string::npos) << d;
+  const std::string j = to_json(t);
+  EXPECT_NE(j.find("\"gpus\":[{\"pci\":\"0000:11:00.0\",\"ids\":\"10de:2330\",\"numa\":0}"), std::string::npos) << j;
+}
+
 // SPARROW_TOPO_FILE replaces the machine; a file that is missing or not hwloc XML is a named error.
 TEST(HostTopology, TopoFileSettingAndBadFiles) {
   ASSERT_TRUE(params::set_override("TOPO_FILE", kTwoSocket).ok());

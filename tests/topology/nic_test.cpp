@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/params.h"
+#include "harness/fake_device.h"
 #include "topology/two_socket.h"
 
 namespace sparrow::topo {
@@ -60,6 +61,74 @@ TEST(NicChoice, EqualCandidatesAreSaidAndTheFirstByNameIsTaken) {
   EXPECT_EQ(c->nic.name, "ens1f0");
   EXPECT_EQ(c->equals, (std::vector<std::string>{"ens2f0", "eth9"}));
   EXPECT_NE(c->why.find("as near: ens2f0, eth9"), std::string::npos) << c->why;
+}
+
+// A GPU server (gpu_switch.xml): the NIC behind the GPU's own PCIe switch wins over one merely on the
+// thread's NUMA node; a GPU on the other socket takes its socket's NIC; a GPU alone on its host bridge
+// takes a NIC on its NUMA node.
+using fixtures::gpu_switch;
+const Ifs kGpuUp = {{"lo", "127.0.0.1", true}, {"ens1f0", "10.0.0.1", false}, {"ens1f1", "10.0.1.1", false},
+                    {"ens2f0", "10.1.0.1", false}, {"eth9", "10.2.0.1", false}};
+
+TEST(NicChoice, TheNicNearestTheGpuByPciAncestor) {
+  auto c = choose_nic(gpu_switch({0, 1}), kGpuUp, "0000:11:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens1f0");
+  EXPECT_EQ(c->gpu, "0000:11:00.0");
+  EXPECT_TRUE(c->equals.empty());
+  EXPECT_NE(c->why.find("behind the same PCI switch as GPU 0000:11:00.0"), std::string::npos) << c->why;
+  // The GPU on the other socket outweighs the thread's node.
+  c = choose_nic(gpu_switch({0, 1}), kGpuUp, "0000:91:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens2f0");
+  EXPECT_NE(c->why.find("on another NUMA node"), std::string::npos) << c->why;
+  // Alone on its host bridge: the NIC on its node, before the machine's and the other socket's.
+  c = choose_nic(gpu_switch({0, 1}), kGpuUp, "0000:a0:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens2f0");
+  EXPECT_NE(c->why.find("on the same NUMA node as GPU 0000:a0:00.0"), std::string::npos) << c->why;
+  // CUDA's and NVML's spellings of a bus id find the same GPU.
+  EXPECT_EQ(choose_nic(gpu_switch({0}), kGpuUp, "00000000:91:00.0")->nic.name, "ens2f0");
+  EXPECT_EQ(choose_nic(gpu_switch({0}), kGpuUp, "0000:91:00.0")->gpu, "0000:91:00.0");
+  EXPECT_EQ(choose_nic(gpu_switch({0}), kGpuUp, "91:00.0")->nic.name, "ens2f0");
+}
+
+TEST(NicChoice, WithTheGpusSwitchNicDownTheNextNearestOnItsNodeWins) {
+  const Ifs up = {{"ens1f1", "10.0.1.1", false}, {"ens2f0", "10.1.0.1", false}, {"eth9", "10.2.0.1", false}};
+  auto c = choose_nic(gpu_switch({4, 5}), up, "0000:11:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens1f1");
+  EXPECT_NE(c->why.find("on the same NUMA node as GPU 0000:11:00.0"), std::string::npos) << c->why;
+  // Only NICs across the sockets from the GPU: the thread's node decides between them.
+  c = choose_nic(gpu_switch({4, 5}), {{"ens2f0", "10.1.0.1", false}, {"eth9", "10.2.0.1", false}}, "0000:11:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens2f0");
+  EXPECT_NE(c->why.find("across NUMA nodes from GPU"), std::string::npos) << c->why;
+}
+
+TEST(NicChoice, AGpuTheTopologyLacksIsSaidAndIgnored) {
+  auto c = choose_nic(gpu_switch({4}), kGpuUp, "0000:07:00.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->nic.name, "ens2f0");  // the thread's node
+  EXPECT_EQ(c->gpu, "");
+  EXPECT_NE(c->why.find("GPU 0000:07:00.0 is not in this host's topology"), std::string::npos) << c->why;
+  // The BMC's VGA controller is not a GPU.
+  EXPECT_EQ(choose_nic(gpu_switch({4}), kGpuUp, "0000:03:00.0")->gpu, "");
+}
+
+// The GPU in use comes from the device backend, which is asked only where hwloc lists a GPU.
+TEST(NicChoice, TheGpuInUseIsTheDeviceBackendsCurrentOne) {
+  test::FakeDevice dev(1 << 20);
+  dev.pci = "0000:91:00.0";
+  kernels::set_device_ops(&dev);
+  EXPECT_EQ(gpu_in_use(gpu_switch({0})), "0000:91:00.0");
+  EXPECT_EQ(dev.pci_asks.load(), 1);
+  HostTopology no_gpu = two_socket({0});
+  no_gpu.gpus.clear();
+  EXPECT_EQ(gpu_in_use(no_gpu), "");
+  EXPECT_EQ(dev.pci_asks.load(), 1);
+  kernels::set_device_ops(nullptr);
+  EXPECT_EQ(gpu_in_use(gpu_switch({0})), "");  // no backend: no GPU
 }
 #endif
 

@@ -228,6 +228,16 @@ class CudaOps final : public DeviceOps {
     return int(cudaStreamSynchronize(g.c->stream));
   }
 
+  std::string pci_bus_id() const override {
+    int dev = 0;
+    char id[32] = {0};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(id, int(sizeof id), dev) != cudaSuccess) {
+      cudaGetLastError();
+      return "";
+    }
+    return id;
+  }
+
   // The calling thread's context for `base`'s device, with k positions (and values, if given) copied
   // to device scratch through pinned staging.
   struct Staging {
@@ -259,7 +269,7 @@ class CudaOps final : public DeviceOps {
 }  // namespace sparrow::kernels::cuda
 
 // The entry point libsparrow looks up with dlsym. Null (and a reason) when CUDA cannot be used here.
-extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* sparrow_cuda_device_ops_v2(char* why,
+extern "C" __attribute__((visibility("default"))) sparrow::kernels::DeviceOps* sparrow_cuda_device_ops_v3(char* why,
                                                                                                          size_t why_len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/params.h"
@@ -256,6 +257,20 @@ TEST_F(CudaDevice, CollectivesOnDeviceBuffersWithAStream) {
   ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
   test::collectives_on_device_buffers(cuda_mem(owned), reinterpret_cast<sparrowStream_t>(st));
   cudaStreamDestroy(st);
+}
+
+// The GPU a communicator picks its NIC near (topology/nic.h): the calling thread's current device.
+TEST_F(CudaDevice, PciBusIdIsTheCurrentDevices) {
+  int n = 0, dev = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  for (int d : {n - 1, dev}) {
+    ASSERT_EQ(cudaSetDevice(d), cudaSuccess);
+    char id[32] = {0};
+    ASSERT_EQ(cudaDeviceGetPCIBusId(id, int(sizeof id), d), cudaSuccess);
+    EXPECT_EQ(kernels::current_gpu_pci(), std::string(id)) << "device " << d;
+  }
+  EXPECT_NE(kernels::current_gpu_pci(), "");
 }
 
 }  // namespace
