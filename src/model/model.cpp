@@ -162,7 +162,7 @@ void Model::read_version() {
       bs = op_bufs(k);
       sends = ops_[k].source == e_.rank();
     }
-  if (bs.empty()) return;  // (a split step with no operation for this rank)
+  if (bs.empty()) return;
   for (const auto& b : bs) key.push_back(sends ? b.send : b.recv);
   if (sends) {
     auto it = e_.roots.find(key);

@@ -66,6 +66,9 @@ class Model {
   bool sharded() const { return sources_.size() > 1; }
   bool is_source() const;
   bool takes_part(size_t k) const;  // in operation k of a split step
+  // In none (it holds no row of the model): its version counts the steps, which every source's
+  // version does too (one per step, resyncs included).
+  bool takes_no_part() const;
   Status agree();                        // the first step: manifest, plan, verdict, split
   Status agree_one(const coll::OpWire& w);
   Status split(const coll::OpWire& w);   // every receiver's rows, and the operations of a step

@@ -62,6 +62,12 @@ bool Model::takes_part(size_t k) const {
   return std::binary_search(ops_[k].participants.begin(), ops_[k].participants.end(), e_.rank());
 }
 
+bool Model::takes_no_part() const {
+  for (size_t k = 0; k < ops_.size(); ++k)
+    if (takes_part(k)) return false;
+  return true;
+}
+
 // Every receiver's rows, through the root.
 Result<Needs> Model::share_needs(const coll::OpWire& w) {
   if (is_root()) {
@@ -229,7 +235,8 @@ Status Model::finish_split(Status first, bool refuse) {
                             "and the next step rewrites them");
   }
   if (first.ok() && !is_source()) project_all();
-  if (first.ok()) read_version();
+  if (first.ok() && takes_no_part()) ++version_;  // it holds no row: the step's version is the count
+  else if (first.ok()) read_version();
   return first;
 }
 

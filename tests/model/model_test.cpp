@@ -253,6 +253,33 @@ TEST(ModelSync, ATensorParallelShardReceivesOnlyTheChangesInItsRows) {
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
+// A rank that holds no row of the model (an engine rank that serves none of it) takes part in no
+// operation of a split step, yet holds every step's version, staged or not.
+TEST(ModelSync, ARankHoldingNoRowsStillSeesEveryVersion) {
+  Comms comms(3);
+  std::vector<std::vector<Held>> held = {{Held("w", {8, 4})}, {Held("w_shard", {4, 4})}, {}};
+  held[1][0].piece("w", 0, 0, 4, 0);
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(make_model(&m[r], comms.c[r], held[r], 0), sparrowSuccess) << "rank " << r;
+  uint64_t seed = 9;
+  for (int step = 1; step <= 4; ++step) {
+    for (auto& x : held[0][0].data) x = uint16_t(rng_next(seed));
+    const bool staged = step % 2 == 0;
+    auto rc = comms.run([&](int r) {
+      if (!staged) return sparrowModelSync(m[r]);
+      sparrowResult_t s = sparrowModelStage(m[r]);
+      if (s != sparrowSuccess || r == 0) return s;
+      if (!staged_ready(comms.c[r], 10000)) return sparrowInternalError;
+      return sparrowModelCommit(m[r]);
+    });
+    ASSERT_EQ(rc, std::vector<sparrowResult_t>(3, sparrowSuccess)) << "step " << step << ": " << sparrowGetLastError(comms.c[2]);
+    ASSERT_TRUE(std::equal(held[1][0].data.begin(), held[1][0].data.end(), held[0][0].data.begin())) << "step " << step;
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[r]), unsigned(step)) << "rank " << r << " at step " << step;
+    EXPECT_EQ(stats_of(comms.c[2]).denseBytes, 0u) << "rank 2 received nothing";
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
 TEST(ModelSync, AReceiverWhosePieceWasWrittenIsRefusedThenRepaired) {
   Comms comms(3);
   std::vector<std::vector<Held>> held = {trainer(3), tp_worker(0), tp_worker(1)};
