@@ -201,9 +201,8 @@ bool print_protection() {
   auto name = [](transport::seal::Mode m) {
     return m == transport::seal::Mode::kEncrypt ? "on (AES-256-GCM)" : m == transport::seal::Mode::kIntegrity ? "integrity (GMAC tags, bytes in the clear)" : "off";
   };
-  printf("  connections off this host:  %s\n  loopback connections:       %s\n", name(off_host.value()), name(loop.value()));
-  printf("  ucx transport:              %s\n", transport::seal::setting() == "on" || transport::seal::setting() == "integrity"
-                                                      ? "ruled out (it does not seal)" : "off (it does not seal)");
+  printf("  connections off this host:  %s\n  loopback connections:       %s\n  (tcp and ucx alike)\n",
+         name(off_host.value()), name(loop.value()));
   auto secret = bootstrap::secret_from_file();
   if (!secret.ok()) {
     printf("communicator secret: refused: %s\n", secret.status().message().c_str());

@@ -134,11 +134,11 @@ Cipher::Cipher(Mode mode, const DirectionKeys& k) : mode_(mode), k_(k), ctx_(std
 Cipher::~Cipher() { cleanse(&k_, sizeof k_); }
 
 // Keys the context for the next record with its own nonce (the IV xor the record number).
-Status Cipher::start_record(bool encrypt) {
+Status Cipher::start_record(bool encrypt, uint64_t record) {
   if (!ctx_->c) return InternalError("AES-GCM: no cipher context");
   std::array<uint8_t, kIvBytes> nonce = k_.iv;
-  for (int i = 0; i < 8; ++i) nonce[kIvBytes - 1 - i] ^= uint8_t(seq_ >> (8 * i));
-  ++seq_;
+  for (int i = 0; i < 8; ++i) nonce[kIvBytes - 1 - i] ^= uint8_t(record >> (8 * i));
+  record_ = record;
   const int ok = encrypt ? EVP_EncryptInit_ex(ctx_->c, EVP_aes_256_gcm(), nullptr, k_.key.data(), nonce.data())
                          : EVP_DecryptInit_ex(ctx_->c, EVP_aes_256_gcm(), nullptr, k_.key.data(), nonce.data());
   ctx_->encrypting = encrypt;
@@ -146,7 +146,7 @@ Status Cipher::start_record(bool encrypt) {
 }
 
 Status Cipher::seal(const uint8_t* in, size_t n, uint8_t* out, uint8_t tag[kTagBytes]) {
-  SPARROW_RETURN_IF_ERROR(start_record(true));
+  SPARROW_RETURN_IF_ERROR(start_record(true, seq_++));
   int len = 0;
   bool ok = true;
   for (size_t off = 0; ok && off < n;) {  // EVP takes int lengths
@@ -160,7 +160,7 @@ Status Cipher::seal(const uint8_t* in, size_t n, uint8_t* out, uint8_t tag[kTagB
   return ok ? Status::Ok() : InternalError("AES-GCM: sealing a record failed");
 }
 
-Status Cipher::begin() { return start_record(false); }
+Status Cipher::begin() { return start_record(false, seq_++); }
 
 Status Cipher::update(uint8_t* p, size_t n) {
   int len = 0;
@@ -180,7 +180,7 @@ Status Cipher::finish(const uint8_t tag[kTagBytes]) {
     return InternalError("AES-GCM: could not set the tag");
   if (EVP_DecryptFinal_ex(ctx_->c, nullptr, &len) != 1)
     return Error(Code::kAuthError, std::string("a record failed its ") + (mode_ == Mode::kEncrypt ? "AES-GCM" : "GMAC") +
-                                       " tag (record " + std::to_string(seq_ - 1) +
+                                       " tag (record " + std::to_string(record_) +
                                        "): altered, replayed, reordered, dropped or injected bytes on the path");
   return Status::Ok();
 }
@@ -198,18 +198,20 @@ Result<std::array<uint8_t, 32>> x25519(const Ephemeral&, const uint8_t*) {
 struct Cipher::Ctx {};
 Cipher::Cipher(Mode mode, const DirectionKeys& k) : mode_(mode), k_(k), ctx_(std::make_unique<Ctx>()) {}
 Cipher::~Cipher() { cleanse(&k_, sizeof k_); }
-Status Cipher::start_record(bool) { return Error(Code::kInvalidUsage, "AES-GCM needs OpenSSL's libcrypto, which this build lacks"); }
-Status Cipher::seal(const uint8_t*, size_t, uint8_t*, uint8_t*) { return start_record(true); }
-Status Cipher::begin() { return start_record(false); }
-Status Cipher::update(uint8_t*, size_t) { return start_record(false); }
-Status Cipher::finish(const uint8_t*) { return start_record(false); }
+Status Cipher::start_record(bool, uint64_t) { return Error(Code::kInvalidUsage, "AES-GCM needs OpenSSL's libcrypto, which this build lacks"); }
+Status Cipher::seal(const uint8_t*, size_t, uint8_t*, uint8_t*) { return start_record(true, 0); }
+Status Cipher::begin() { return start_record(false, 0); }
+Status Cipher::update(uint8_t*, size_t) { return start_record(false, 0); }
+Status Cipher::finish(const uint8_t*) { return start_record(false, 0); }
 
 #endif
 
 Ephemeral::~Ephemeral() { cleanse(priv.data(), priv.size()); }
 
-Status Cipher::open(uint8_t* p, size_t n, const uint8_t tag[kTagBytes]) {
-  SPARROW_RETURN_IF_ERROR(begin());
+Status Cipher::open(uint8_t* p, size_t n, const uint8_t tag[kTagBytes]) { return open_at(seq_++, p, n, tag); }
+
+Status Cipher::open_at(uint64_t record, uint8_t* p, size_t n, const uint8_t tag[kTagBytes]) {
+  SPARROW_RETURN_IF_ERROR(start_record(false, record));
   SPARROW_RETURN_IF_ERROR(update(p, n));
   return finish(tag);
 }

@@ -79,13 +79,18 @@ class Cipher {
   Status begin();
   Status update(uint8_t* p, size_t n);
   Status finish(const uint8_t tag[kTagBytes]);
+  // A record whose bytes arrive later than the next one's (a transport that fetches large payloads
+  // after reading the following headers): reserve() takes its number now, in order, and open_at()
+  // opens it, whole, when it is there.
+  uint64_t reserve() { return seq_++; }
+  Status open_at(uint64_t record, uint8_t* p, size_t n, const uint8_t tag[kTagBytes]);
   uint64_t records() const { return seq_; }
 
  private:
-  Status start_record(bool encrypt);
+  Status start_record(bool encrypt, uint64_t record);
   Mode mode_;
   DirectionKeys k_;
-  uint64_t seq_ = 0;
+  uint64_t seq_ = 0, record_ = 0;  // the next record's number; the one being sealed or opened
   struct Ctx;
   std::unique_ptr<Ctx> ctx_;
 };

@@ -14,6 +14,7 @@
 #include "format/checkpoint.h"
 #include "gen/generator.h"
 #include "kernels/device.h"
+#include "transport/seal.h"
 #include "transport/transport.h"
 #include "harness/comm_harness.h"
 #include "harness/util.h"
@@ -23,15 +24,22 @@ namespace {
 
 using test::Comms;
 
+// Parameter: a transport, "+on" to seal every connection (loopback included).
 class BcastTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     params::clear_overrides();
+    std::string t = GetParam();
+    if (const size_t plus = t.find('+'); plus != std::string::npos) {
+      if (!transport::seal::available()) GTEST_SKIP() << "built without OpenSSL: frames cannot be sealed";
+      ASSERT_TRUE(params::set_override("ENCRYPT", t.substr(plus + 1)).ok());
+      t = t.substr(0, plus);
+    }
     auto names = transport::backend_names();
-    if (std::find(names.begin(), names.end(), GetParam()) == names.end())
-      GTEST_SKIP() << "transport " << GetParam() << " not in this build";
+    if (std::find(names.begin(), names.end(), t) == names.end())
+      GTEST_SKIP() << "transport " << t << " not in this build";
     ASSERT_TRUE(params::set_override("PROBE_MS", "40").ok());
-    ASSERT_TRUE(params::set_override("TRANSPORT", GetParam()).ok());
+    ASSERT_TRUE(params::set_override("TRANSPORT", t).ok());
     ASSERT_TRUE(params::set_override("TIMEOUT_S", "60").ok());
   }
   void TearDown() override { params::clear_overrides(); }
@@ -769,8 +777,12 @@ TEST_P(BcastTest, BadArguments) {
   EXPECT_EQ(sparrowSparseBcast(&x, &x, 1, sparrowFloat32, 0, cs.c[0], nullptr), sparrowSuccess);  // one rank: trivially
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, BcastTest, ::testing::Values("tcp", "ucx"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, BcastTest, ::testing::Values("tcp", "ucx", "ucx+on"), [](const auto& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '+') c = '_';
+  return n;
+});
 
 class AlgoTest : public ::testing::TestWithParam<std::string> {
  protected:

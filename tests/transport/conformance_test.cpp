@@ -17,7 +17,7 @@ using test::make_nets;
 using test::soon;
 
 // Parameter: "backend" or "ucx:<UCX_TLS>" to pin UCX's transports (tcp; sm,tcp = shared memory for
-// data with tcp for connection establishment); "tcp+<SPARROW_ENCRYPT>" seals every frame (seal.h).
+// data with tcp for connection establishment); "...+<SPARROW_ENCRYPT>" seals every frame (seal.h).
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -170,7 +170,7 @@ TEST_P(Conformance, WrongSecretIsRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("tcp", "tcp+on", "tcp+integrity", "loopback", "ucx", "ucx:tcp",
-                                                                   "ucx:sm,tcp"),
+                                                                   "ucx:sm,tcp", "ucx+on", "ucx+integrity", "ucx:tcp+on"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

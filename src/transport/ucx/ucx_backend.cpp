@@ -24,8 +24,12 @@ namespace sparrow::transport {
 namespace {
 
 // Active message ids. Auth messages carry their bytes as data; frames carry the frame header as the
-// AM header and the payload as data.
+// AM header and the payload as data. A sealed connection (seal.h) sends the header as its own record
+// with its tag, then the payload's tag, as the AM header (kSealedHeader bytes), and the payload
+// (encrypted, or as it is under integrity) as data: the payload's record number is taken when its
+// header is opened, so a rendezvous payload fetched after later headers still opens with its own.
 enum : unsigned { kAmHello = 1, kAmChallenge = 2, kAmProof = 3, kAmWelcome = 4, kAmFrame = 5, kAmBye = 6 };
+constexpr size_t kSealedHeader = kFrameHeaderBytes + 2 * seal::kTagBytes;
 
 // Handshake messages travel as one active message each, tagged with their kind.
 auth::Handshake::Msg msg_of(unsigned am) {
@@ -54,6 +58,7 @@ class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
   int peer_rank() const override { return rank_; }
   std::string peer_address() const override { return addr_; }
   int stream() const override { return stream_; }
+  const char* protection() const override { return seal::mode_name(tx_ ? tx_->mode() : seal::Mode::kOff); }
   std::string desc() const { return "rank " + std::to_string(rank_) + " (" + addr_ + ", ucx stream " + std::to_string(stream_) + ")"; }
 
   UcxBackend* be_;
@@ -72,6 +77,7 @@ class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
   // Handshake (progress thread).
   auth::Handshake hs_;  // the authentication (transport/auth.h); frames flow once it is done
   bool ready() const { return hs_.done(); }
+  std::unique_ptr<seal::Cipher> tx_, rx_;  // from the handshake; null: frames as they are
   Deadline deadline_;
   // Client connect result.
   std::promise<Status> connected_;
@@ -79,17 +85,51 @@ class UcxConn : public Conn, public std::enable_shared_from_this<UcxConn> {
 };
 using UcxConnPtr = std::shared_ptr<UcxConn>;
 
+// Buffers for ciphertext, reused: a fresh allocation per frame costs page faults, and UCX registers
+// each new buffer it sends by rendezvous, which costs far more than the encryption.
+class SpareBuffers {
+ public:
+  std::vector<uint8_t> take(size_t n) {
+    std::vector<uint8_t> b;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!spare_.empty()) {
+        b = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    if (b.capacity() < n) b.reserve(n);
+    b.resize(n);  // (within the capacity a reused buffer already has: no allocation)
+    return b;
+  }
+  void give(std::vector<uint8_t>&& b) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (b.capacity() >= kMinBytes && spare_.size() < kKeep) spare_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kKeep = 64, kMinBytes = 64 << 10;  // (not the handshake's small messages)
+  std::mutex mu_;
+  std::vector<std::vector<uint8_t>> spare_;
+};
+SpareBuffers g_spare;
+
 struct SendCtx {
   UcxConnPtr conn;
-  uint8_t hdr[kFrameHeaderBytes];
+  uint8_t hdr[kSealedHeader];
+  size_t hdr_len = kFrameHeaderBytes;
   Payload p;
   SendDone done;
-  std::vector<uint8_t> own;  // auth messages
+  std::vector<uint8_t> own;  // auth messages; a sealed payload's ciphertext
+  ~SendCtx() { g_spare.give(std::move(own)); }
 };
 
 struct RecvCtx {
   UcxConnPtr conn;
   FrameHeader h;
+  uint8_t* dst = nullptr;
+  uint64_t record = 0;  // sealed: the payload's record number and tag
+  uint8_t tag[seal::kTagBytes];
 };
 
 struct Cmd {
@@ -129,6 +169,10 @@ class UcxBackend : public Backend {
   void loop();
   void run(Cmd& c);
   void do_send(SendCtx* s, unsigned id, const void* hdr, size_t hlen);
+  void send_frame(SendCtx* s);  // sealed first when the connection is
+  ucs_status_t on_frame(const UcxConnPtr& c, const void* header, size_t hlen, void* data, size_t len, bool rndv);
+  // Ends a connection that broke the protocol or failed a tag (the peer named), and drops it.
+  ucs_status_t refuse(const UcxConnPtr& c, const Status& why);
   void send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data, size_t n);
   void on_conn_request(ucp_conn_request_h req);
   ucs_status_t on_am(unsigned id, const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t* p);
@@ -187,6 +231,13 @@ void UcxConn::close() {
   Cmd c{Cmd::kClose};
   c.conn = shared_from_this();
   be_->post(std::move(c));
+}
+
+// A sealed payload, whole in its destination: opened (decrypted in place, or its tag checked).
+Status open_payload(UcxConn& c, RecvCtx& r) {
+  if (!c.rx_) return Status::Ok();
+  Status s = c.rx_->open_at(r.record, r.dst, r.h.len, r.tag);
+  return s.ok() ? s : s.context("frame from " + c.desc());
 }
 
 // ---- UcxBackend ---------------------------------------------------------------------------------------
@@ -347,8 +398,10 @@ void UcxBackend::send_cb(void* req, ucs_status_t st, void* user) {
 
 void UcxBackend::recv_cb(void* req, ucs_status_t st, size_t, void* user) {
   auto* r = static_cast<RecvCtx*>(user);
-  if (st == UCS_OK && !r->conn->failed_) r->conn->sink_->frame_end(r->conn.get(), r->h);
-  else r->conn->be_->fail(r->conn, Error(Code::kPeerLost, std::string("ucx receive: ") + ucs_status_string(st)));
+  Status opened = st == UCS_OK && !r->conn->failed_ ? open_payload(*r->conn, *r) : Status::Ok();
+  if (st != UCS_OK) r->conn->be_->fail(r->conn, Error(Code::kPeerLost, std::string("ucx receive: ") + ucs_status_string(st)));
+  else if (!opened.ok()) r->conn->be_->refuse(r->conn, opened);
+  else if (!r->conn->failed_) r->conn->sink_->frame_end(r->conn.get(), r->h);
   r->conn->be_->rndv_done(r->conn);
   delete r;
   ucp_request_free(req);
@@ -389,6 +442,58 @@ void UcxBackend::do_send(SendCtx* s, unsigned id, const void* hdr, size_t hlen) 
   }
 }
 
+// A frame as one sealed record for its header and one for its payload: their tags after the header.
+// Encrypt mode sends the payload's ciphertext from a buffer of the send's own; integrity mode the
+// payload itself.
+Status seal_frame(SendCtx& s) {
+  seal::Cipher& tx = *s.conn->tx_;
+  uint8_t* tags = s.hdr + kFrameHeaderBytes;
+  SPARROW_RETURN_IF_ERROR(tx.seal(s.hdr, kFrameHeaderBytes, s.hdr, tags));
+  if (tx.mode() == seal::Mode::kEncrypt && s.p.len > 0) {
+    s.own = g_spare.take(s.p.len);
+    SPARROW_RETURN_IF_ERROR(tx.seal(s.p.data, s.p.len, s.own.data(), tags + seal::kTagBytes));
+    s.p.data = s.own.data();
+  } else {
+    SPARROW_RETURN_IF_ERROR(tx.seal(s.p.data, s.p.len, nullptr, tags + seal::kTagBytes));
+  }
+  s.hdr_len = kSealedHeader;
+  return Status::Ok();
+}
+
+std::mutex g_hook_mu;
+UcxWireHook g_hook;
+std::atomic<bool> g_hooked{false};
+
+// Tests: the hook sees the frame as it goes on the wire, in a copy when the payload is the caller's.
+void apply_wire_hook(SendCtx& s) {
+  if (!g_hooked.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lk(g_hook_mu);
+  if (!g_hook) return;
+  if (s.p.len && s.p.data != s.own.data()) {
+    s.own = g_spare.take(s.p.len);
+    std::memcpy(s.own.data(), s.p.data, s.p.len);
+    s.p.data = s.own.data();
+  }
+  g_hook(s.hdr, s.hdr_len, s.own.data(), s.p.len);
+}
+
+void UcxBackend::send_frame(SendCtx* s) {
+  if (s->conn->tx_ && !s->conn->failed_) {
+    Status st = seal_frame(*s);
+    if (!st.ok()) {  // nothing half-sealed goes out: the connection ends
+      UcxConnPtr c = s->conn;
+      st = st.context("sealing a frame for " + c->desc());
+      c->queued_ -= s->p.len;
+      if (s->done) s->done(st);
+      delete s;
+      fail(c, st);
+      return;
+    }
+  }
+  apply_wire_hook(*s);
+  do_send(s, kAmFrame, s->hdr, s->hdr_len);
+}
+
 void UcxBackend::send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data, size_t n) {
   auto* s = new SendCtx();
   s->conn = c;
@@ -396,6 +501,17 @@ void UcxBackend::send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data
   s->p = Payload{s->own.data(), n, nullptr};
   c->queued_ += n;  // do_send's completion subtracts it again
   do_send(s, id, nullptr, 0);
+}
+
+// "host:port" of the peer asking to connect ("" when UCX does not say).
+std::string client_address(ucp_conn_request_h req) {
+  ucp_conn_request_attr_t a{};
+  a.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(req, &a) != UCS_OK) return "";
+  net::SockAddr sa;
+  memcpy(&sa.ss, &a.client_address, sizeof a.client_address);
+  sa.len = a.client_address.ss_family == AF_INET6 ? socklen_t(sizeof(sockaddr_in6)) : socklen_t(sizeof(sockaddr_in));
+  return sa.str();
 }
 
 void UcxBackend::on_conn_request(ucp_conn_request_h req) {
@@ -413,10 +529,21 @@ void UcxBackend::on_conn_request(ucp_conn_request_h req) {
   ucp_ep_h h;
   if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) return;
   auto c = std::make_shared<UcxConn>(this, h, false);
-  c->hs_ = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank);
+  c->addr_ = client_address(req);
+  // A peer whose address is unknown is treated as off the host: the strongest protection asked for.
+  auto want = c->addr_.empty() ? Result<seal::Mode>(seal::Mode::kEncrypt) : seal::wanted(c->addr_);
+  c->hs_ = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank,
+                                   want.ok() ? want.value() : seal::Mode::kEncrypt);
   c->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
-  c->addr_ = "ucx-peer";
+  if (c->addr_.empty()) c->addr_ = "ucx-peer";
   eps_[h] = c;
+}
+
+ucs_status_t UcxBackend::refuse(const UcxConnPtr& c, const Status& why) {
+  SPARROW_INFO("ucx: dropping connection to %s: %s", c->desc().c_str(), why.to_string().c_str());
+  fail(c, why);
+  close_ep(c);
+  return UCS_OK;
 }
 
 ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, void* data, size_t len,
@@ -425,64 +552,74 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
   UcxConnPtr c = conn_of(prm->reply_ep);
   if (!c || c->failed_) return UCS_OK;
   const bool rndv = prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
-  auto refuse = [&](const std::string& why) {
-    SPARROW_INFO("ucx: dropping connection: %s", why.c_str());
-    fail(c, Error(Code::kAuthError, why));
+  if (id == kAmFrame) return on_frame(c, header, hlen, data, len, rndv);
+  if (rndv || hlen != 0) return refuse(c, Error(Code::kAuthError, "malformed handshake message"));
+  if (id == kAmBye) {
+    fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " closed by the peer"));
     close_ep(c);
     return UCS_OK;
-  };
-  if (id != kAmFrame && (rndv || hlen != 0)) return refuse("malformed handshake message");
-  switch (id) {
-    case kAmHello:
-    case kAmChallenge:
-    case kAmProof:
-    case kAmWelcome: {
-      auto reply = c->hs_.take(msg_of(id), static_cast<const uint8_t*>(data), len);
-      if (!reply.ok()) return refuse(reply.status().message());
-      if (!reply->empty()) send_auth(c, am_of(c->hs_.reply_kind()), reply->data(), reply->size());
-      if (!c->hs_.done()) return UCS_OK;
-      if (c->hs_.keys().mode != seal::Mode::kOff)
-        return refuse(std::string("the peer asks for protection '") + seal::mode_name(c->hs_.keys().mode) +
-                      "', which the ucx transport does not provide (use SPARROW_TRANSPORT=tcp)");
-      if (c->client_) {
-        c->promised_ = true;
-        c->connected_.set_value(Status::Ok());
-        return UCS_OK;
-      }
-      c->rank_ = int(c->hs_.hello().rank);
-      c->stream_ = c->hs_.hello().stream;
-      FrameSink* sink = on_accept_ ? on_accept_(c) : nullptr;
-      if (!sink) return refuse("connection not expected");
-      c->sink_ = sink;
-      return UCS_OK;
-    }
-    case kAmBye:
-      fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " closed by the peer"));
-      close_ep(c);
-      return UCS_OK;
-    case kAmFrame: {
-      if (!c->ready() || !c->sink_ || hlen != kFrameHeaderBytes) return refuse("frame before authentication");
-      auto h = FrameHeader::decode(static_cast<const uint8_t*>(header));
-      if (!h.ok() || h->len != len) return refuse("bad frame header");
-      auto dst = c->sink_->frame_begin(c.get(), h.value());
-      if (!dst.ok()) return refuse(dst.status().message());
-      if (!rndv) {
-        if (len) memcpy(dst.value(), data, len);
-        c->sink_->frame_end(c.get(), h.value());
-        return UCS_OK;
-      }
-      // Fetched after progress returns; UCS_INPROGRESS keeps the descriptor valid until then.
-      ++c->rndv_out_;
-      rndv_.push_back(Rndv{data, dst.value(), new RecvCtx{c, h.value()}});
-      return UCS_INPROGRESS;
-    }
   }
+  if (msg_of(id) == auth::Handshake::Msg::kNone) return UCS_OK;
+  auto reply = c->hs_.take(msg_of(id), static_cast<const uint8_t*>(data), len);
+  if (!reply.ok()) return refuse(c, Error(Code::kAuthError, reply.status().message()));
+  if (!reply->empty()) send_auth(c, am_of(c->hs_.reply_kind()), reply->data(), reply->size());
+  if (!c->hs_.done()) return UCS_OK;
+  c->tx_ = c->hs_.sender();
+  c->rx_ = c->hs_.receiver();
+  if (c->client_) {
+    c->promised_ = true;
+    c->connected_.set_value(Status::Ok());
+    return UCS_OK;
+  }
+  c->rank_ = int(c->hs_.hello().rank);
+  c->stream_ = c->hs_.hello().stream;
+  FrameSink* sink = on_accept_ ? on_accept_(c) : nullptr;
+  if (!sink) return refuse(c, Error(Code::kAuthError, "connection not expected"));
+  c->sink_ = sink;
+  return UCS_OK;
+}
+
+// A frame's header (sealed: opened, and its payload's record number taken in order), then its
+// payload: copied now (eager) or fetched after this handler returns (rendezvous), and opened.
+ucs_status_t UcxBackend::on_frame(const UcxConnPtr& c, const void* header, size_t hlen, void* data, size_t len,
+                                  bool rndv) {
+  if (!c->ready() || !c->sink_) return refuse(c, Error(Code::kAuthError, "frame before authentication"));
+  const size_t want = c->rx_ ? kSealedHeader : kFrameHeaderBytes;
+  if (hlen != want)
+    return refuse(c, Error(Code::kCorruptData, "a frame header of " + std::to_string(hlen) + " bytes from " + c->desc() +
+                                                   " (" + std::to_string(want) + " expected)"));
+  auto r = std::make_unique<RecvCtx>();
+  r->conn = c;
+  uint8_t hb[kFrameHeaderBytes];
+  memcpy(hb, header, kFrameHeaderBytes);
+  if (c->rx_) {
+    const uint8_t* tags = static_cast<const uint8_t*>(header) + kFrameHeaderBytes;
+    Status s = c->rx_->open(hb, kFrameHeaderBytes, tags);
+    if (!s.ok()) return refuse(c, s.context("frame header from " + c->desc()));
+    r->record = c->rx_->reserve();
+    memcpy(r->tag, tags + seal::kTagBytes, seal::kTagBytes);
+  }
+  auto h = FrameHeader::decode(hb);
+  if (!h.ok() || h->len != len) return refuse(c, Error(Code::kCorruptData, "bad frame header from " + c->desc()));
+  r->h = h.value();
+  auto dst = c->sink_->frame_begin(c.get(), r->h);
+  if (!dst.ok()) return refuse(c, dst.status());
+  r->dst = dst.value();
+  if (rndv) {  // fetched after progress returns; UCS_INPROGRESS keeps the descriptor valid until then
+    ++c->rndv_out_;
+    rndv_.push_back(Rndv{data, r->dst, r.release()});
+    return UCS_INPROGRESS;
+  }
+  if (len) memcpy(r->dst, data, len);
+  Status s = open_payload(*c, *r);
+  if (!s.ok()) return refuse(c, s);
+  c->sink_->frame_end(c.get(), r->h);
   return UCS_OK;
 }
 
 void UcxBackend::run(Cmd& c) {
   switch (c.kind) {
-    case Cmd::kSend: do_send(c.send, kAmFrame, c.send->hdr, kFrameHeaderBytes); return;
+    case Cmd::kSend: send_frame(c.send); return;
     case Cmd::kClose: {
       std::vector<UcxConnPtr> targets;
       if (c.conn) targets.push_back(c.conn);
@@ -513,8 +650,9 @@ void UcxBackend::run(Cmd& c) {
         return;
       }
       auto a = net::parse_address(c.address);
-      if (!a.ok()) {
-        c.result->set_value(a.status());
+      auto want = seal::wanted(c.address);
+      if (!a.ok() || !want.ok()) {
+        c.result->set_value(a.ok() ? want.status() : a.status());
         return;
       }
       ucp_ep_params_t ep{};
@@ -539,7 +677,7 @@ void UcxBackend::run(Cmd& c) {
       conn->sink_ = c.sink;
       conn->deadline_ = deadline_in(double(auth::timeout_ms()) / 1000);
       conn->hs_ = auth::Handshake::client(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank, c.stream,
-                                          c.peer_rank);
+                                          c.peer_rank, want.value());
       eps_[h] = conn;
       c.result->set_value(conn);
       auto hello = conn->hs_.start();
@@ -625,6 +763,12 @@ void UcxBackend::loop() {
 
 }  // namespace
 
+void set_ucx_wire_hook(UcxWireHook h) {
+  std::lock_guard<std::mutex> lk(g_hook_mu);
+  g_hook = std::move(h);
+  g_hooked = bool(g_hook);
+}
+
 bool ucx_available() {
   ucp_config_t* cfg = nullptr;
   if (ucp_config_read(nullptr, nullptr, &cfg) != UCS_OK) return false;
@@ -634,12 +778,8 @@ bool ucx_available() {
 
 Result<std::unique_ptr<Backend>> make_ucx_backend(const BackendOptions& o) {
   if (o.identity.secret.size() != 16) return InvalidArgument("ucx backend: identity needs a 16-byte secret");
-  // Frames over UCX are not sealed: a protection asked for explicitly rules this transport out
-  // (SPARROW_TRANSPORT=auto then takes tcp); auto leaves UCX's connections as they are, and says so.
-  if (const std::string e = seal::setting(); e == "on" || e == "integrity")
-    return Error(Code::kInvalidUsage, "SPARROW_ENCRYPT=" + e + ": the ucx transport does not seal frames; use SPARROW_TRANSPORT=tcp");
-  if (seal::setting() == "auto")
-    SPARROW_INFO("ucx: frames are not sealed (SPARROW_ENCRYPT=auto protects the tcp transport's connections only)");
+  // Asked-for protection this build cannot give fails closed here, at init, as for tcp.
+  SPARROW_RETURN_IF_ERROR(seal::wanted_for(false).status());
   auto b = std::make_unique<UcxBackend>(o);
   SPARROW_RETURN_IF_ERROR(b->start());
   return std::unique_ptr<Backend>(std::move(b));
