@@ -383,10 +383,10 @@ Outcome through_ucx(const std::string& mode, size_t bytes, UcxTamper tamper, Wir
     wire->frames.emplace_back(std::vector<uint8_t>(h, h + hl), std::vector<uint8_t>(d, d + l));
   });
   Outcome o;
+  std::vector<std::vector<uint8_t>> msgs;  // (outlive the nets: a failed send may leave a frame queued)
+  for (size_t i = 0; i < kMsgs; ++i) msgs.push_back(pattern(i, bytes));
   {
     auto nets = test::make_nets("ucx", 2, 1);
-    std::vector<std::vector<uint8_t>> msgs;
-    for (size_t i = 0; i < kMsgs; ++i) msgs.push_back(pattern(i, bytes));
     std::thread sender([&] {
       for (size_t i = 0; i < kMsgs; ++i)
         (void)nets[0]->send(1, MsgKey{42, i, 0}, Payload{msgs[i].data(), msgs[i].size(), nullptr}, test::soon(5));

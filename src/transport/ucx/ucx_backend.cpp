@@ -287,6 +287,19 @@ UcxBackend::~UcxBackend() {
   uint64_t one = 1;
   if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
   if (thread_.joinable()) thread_.join();
+  // Commands posted after the progress thread's last look: their sends and connects fail, as a
+  // closed connection's do (nothing may wait on them forever, or hold their buffers).
+  const Status down(Code::kPeerLost, "ucx transport shut down");
+  for (Cmd& c : cmds_) {
+    if (c.kind == Cmd::kSend) {
+      c.send->conn->queued_ -= c.send->p.len;
+      if (c.send->done) c.send->done(down);
+      delete c.send;
+    } else if (c.kind == Cmd::kConnect && c.result) {
+      c.result->set_value(down);
+    }
+  }
+  cmds_.clear();
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (listener_) ucp_listener_destroy(listener_);
   if (worker_) ucp_worker_destroy(worker_);
@@ -520,6 +533,7 @@ void UcxBackend::on_conn_request(ucp_conn_request_h req) {
     ucp_listener_reject(listener_, req);
     return;
   }
+  const std::string from = client_address(req);  // (before ucp_ep_create, which consumes the request)
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.conn_request = req;
@@ -529,7 +543,7 @@ void UcxBackend::on_conn_request(ucp_conn_request_h req) {
   ucp_ep_h h;
   if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) return;
   auto c = std::make_shared<UcxConn>(this, h, false);
-  c->addr_ = client_address(req);
+  c->addr_ = from;
   // A peer whose address is unknown is treated as off the host: the strongest protection asked for.
   auto want = c->addr_.empty() ? Result<seal::Mode>(seal::Mode::kEncrypt) : seal::wanted(c->addr_);
   c->hs_ = auth::Handshake::server(opt_.identity.secret, opt_.identity.comm_id, opt_.identity.rank,
