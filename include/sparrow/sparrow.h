@@ -68,6 +68,14 @@ sparrowResult_t sparrowGetVersion(int* version);
  * credential: connections prove knowledge of its secret. */
 sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId);
 
+/* A key derived from a shared secret file, for a rendezvous outside sparrow that must authenticate
+ * its peers (the Python module's id exchange uses it): HMAC-SHA256 keyed by `label` (a NUL-terminated
+ * string naming the purpose, 1..256 bytes) of the file's contents, trailing whitespace dropped. The
+ * file gets the checks SPARROW_SECRET_FILE gets: a regular file (not a link), no access for group or
+ * others, 16 bytes to 64 KiB; otherwise sparrowInvalidUsage and sparrowGetLastError(NULL) says why.
+ * path NULL or empty: SPARROW_SECRET_FILE (sparrowInvalidUsage when that is not set). Any thread. */
+sparrowResult_t sparrowSecretFileKey(const char* path, const char* label, unsigned char key[32]);
+
 /* Joins rank `rank` of `nranks` to the communicator named by commId. Collective: blocks until every
  * rank has joined (or SPARROW_TIMEOUT_S passes: sparrowTimeout), then probes link bandwidth and RTT
  * within SPARROW_PROBE_MS. One communicator is used by one thread at a time; several may live in one

@@ -18,11 +18,12 @@ import hmac
 import ipaddress
 import os
 import socket
-import stat
 import struct
 import threading
 import time
 from typing import Any, Callable, Optional, Tuple
+
+from . import _sparrow
 
 MAGIC = b"SPRWID02"  # rank 0's first bytes: a rank that reached another service says so
 _FILE_AUTH, _SAME_USER = 1, 0
@@ -40,29 +41,14 @@ class RendezvousError(Exception):
 
 
 def read_key(path: str) -> bytes:
-    """The rendezvous key from SPARROW_SECRET_FILE's contents (trailing whitespace dropped), after the
-    checks the library makes: a regular file, not a link, no access for group or others, 16 bytes to
-    64 KiB."""
-    where = f"SPARROW_SECRET_FILE={path}"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise RendezvousError(f"{where}: cannot open it: {e.strerror}", "usage") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RendezvousError(f"{where}: not a regular file", "usage")
-        if st.st_mode & 0o077:
-            raise RendezvousError(f"{where}: its group or others may read or write it (mode "
-                                  f"{stat.S_IMODE(st.st_mode):04o}); chmod 600 {path}", "usage")
-        if st.st_size > 64 << 10:
-            raise RendezvousError(f"{where}: over 64 KiB: not a secret file", "usage")
-        data = os.read(fd, st.st_size).rstrip(b" \t\r\n")
-    finally:
-        os.close(fd)
-    if len(data) < 16:
-        raise RendezvousError(f"{where}: holds {len(data)} bytes; a secret needs at least 16", "usage")
-    return hmac.new(b"sparrow rendezvous v1", data, hashlib.sha256).digest()
+    """The rendezvous key from SPARROW_SECRET_FILE's contents: the library derives it
+    (sparrowSecretFileKey, label "sparrow rendezvous v1") after its own checks of the file (a
+    regular file, not a link, no access for group or others, 16 bytes to 64 KiB), so the Python
+    rendezvous refuses exactly the files the communicator refuses, with the same reasons."""
+    rc, out = _sparrow.secret_file_key(path, "sparrow rendezvous v1")
+    if rc != 0:
+        raise RendezvousError(out.decode(errors="replace"), "usage")
+    return out
 
 
 def is_loopback(addr: str) -> bool:

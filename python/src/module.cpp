@@ -386,6 +386,12 @@ PYBIND11_MODULE(_sparrow, m) {
     v.resize(need ? need - 1 : 0);
     return py::make_tuple(0, v);
   });
+  m.def("secret_file_key", [](const std::string& path, const std::string& label) {
+    unsigned char key[32];
+    sparrowResult_t rc = sparrowSecretFileKey(path.c_str(), label.c_str(), key);
+    if (rc != sparrowSuccess) return py::make_tuple(int(rc), py::bytes(sparrowGetLastError(nullptr)));
+    return py::make_tuple(0, py::bytes(reinterpret_cast<const char*>(key), sizeof key));
+  });
   m.def("error_string", [](int rc) { return std::string(sparrowGetErrorString(sparrowResult_t(rc))); });
   m.def("last_error", [] { return std::string(sparrowGetLastError(nullptr)); });
   m.attr("OP_SPARSE") = int(Comm::kSparse);

@@ -130,6 +130,24 @@ def test_a_secret_file_others_can_read_is_refused(secret_dir):
     assert rc == 0 and "raised InvalidUsage" in out and "chmod 600" in out, out + err
 
 
+def test_the_rendezvous_key_comes_from_the_library_with_its_checks(secret_dir):
+    import hashlib
+    import hmac
+    text = "a-secret-that-every-rank-of-this-job-holds"
+    path = secret_file(secret_dir, "k", text)
+    assert rendezvous.read_key(path) == hmac.new(b"sparrow rendezvous v1", text.encode(), hashlib.sha256).digest()
+    link = os.path.join(secret_dir, "link")
+    os.symlink(path, link)
+    bad = {secret_file(secret_dir, "short", "too-short"): "at least 16",
+           secret_file(secret_dir, "group", text, 0o640): "chmod 600",
+           link: "cannot open",
+           os.path.join(secret_dir, "missing"): "cannot open"}
+    for p, why in bad.items():
+        with pytest.raises(rendezvous.RendezvousError) as e:
+            rendezvous.read_key(p)
+        assert e.value.kind == "usage" and why in str(e.value) and p in str(e.value), str(e.value)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
 def test_on_loopback_another_user_gets_no_id_and_takes_no_place():
     port = free_port()

@@ -18,6 +18,7 @@
 #include "api/api_internal.h"
 #include "api/handle.h"
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/secret.h"
 #include "collectives/bcast.h"
 #include "collectives/elastic.h"
 #include "format/checkpoint.h"
@@ -160,6 +161,22 @@ SPARROW_EXPORT sparrowResult_t sparrowGetUniqueId(sparrowUniqueId* uniqueId) {
   auto id = sparrow::bootstrap::create_id();
   if (!id.ok()) return fail(id.status());
   sparrow::bootstrap::encode_id(id.value(), reinterpret_cast<uint8_t*>(uniqueId->internal));
+  return sparrowSuccess;
+}
+
+SPARROW_EXPORT sparrowResult_t sparrowSecretFileKey(const char* path, const char* label, unsigned char key[32]) {
+  if (!label || !key) return invalid("sparrowSecretFileKey: label or key is NULL");
+  const size_t n = strnlen(label, 257);
+  if (n == 0 || n > 256) return invalid("sparrowSecretFileKey: label must be 1..256 bytes");
+  std::string file = path ? path : "";
+  if (file.empty()) {
+    auto set = sparrow::params::value_of("SECRET_FILE");
+    file = set.ok() ? set.value() : "";
+    if (file.empty()) return fail(sparrow::Error(sparrow::Code::kInvalidUsage, "sparrowSecretFileKey: no path and SPARROW_SECRET_FILE is not set"));
+  }
+  auto k = sparrow::bootstrap::secret_file_key(file, std::string(label, n));
+  if (!k.ok()) return fail(k.status());
+  memcpy(key, k->data(), 32);
   return sparrowSuccess;
 }
 

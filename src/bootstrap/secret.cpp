@@ -56,16 +56,19 @@ Result<std::string> read_private(const std::string& path) {
 
 }  // namespace
 
-Result<std::vector<uint8_t>> read_secret_file(const std::string& path) {
+Result<std::array<uint8_t, 32>> secret_file_key(const std::string& path, const std::string& label) {
   SPARROW_ASSIGN_OR_RETURN(std::string data, read_private(path));
   while (!data.empty() && (data.back() == '\n' || data.back() == '\r' || data.back() == ' ' || data.back() == '\t'))
     data.pop_back();
   if (data.size() < kMinSecretFileBytes)
     return refuse(path, "holds " + std::to_string(data.size()) + " bytes; a secret needs at least " +
                             std::to_string(kMinSecretFileBytes) + " (e.g. head -c 32 /dev/urandom | base64 > " + path + ")");
-  const std::string label = "sparrow secret file v1";
   std::vector<uint8_t> key(label.begin(), label.end());
-  auto mac = transport::auth::hmac_sha256(key, std::vector<uint8_t>(data.begin(), data.end()));
+  return transport::auth::hmac_sha256(key, std::vector<uint8_t>(data.begin(), data.end()));
+}
+
+Result<std::vector<uint8_t>> read_secret_file(const std::string& path) {
+  SPARROW_ASSIGN_OR_RETURN(auto mac, secret_file_key(path, "sparrow secret file v1"));
   return std::vector<uint8_t>(mac.begin(), mac.begin() + 16);
 }
 

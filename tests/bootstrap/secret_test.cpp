@@ -7,12 +7,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
 #include "bootstrap/bootstrap.h"
 #include "core/params.h"
 #include "sparrow/sparrow.h"
+#include "transport/auth.h"
 
 namespace sparrow::bootstrap {
 namespace {
@@ -111,6 +113,39 @@ TEST_F(SecretFile, RanksSharingTheFileFormACommunicatorThroughTheCApi) {
   ASSERT_TRUE(params::set_override("SECRET_FILE", write("open", "a-secret-every-rank-of-this-job-holds", 0604)).ok());
   EXPECT_EQ(sparrowGetUniqueId(&uid), sparrowInvalidUsage);
   EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("chmod 600"), std::string::npos);
+}
+
+// Keys for other purposes (the Python rendezvous): HMAC-SHA256 by label of the file's contents, with
+// the same checks, through the C API; the communicator secret is the "sparrow secret file v1" key.
+TEST_F(SecretFile, KeysByLabelGetTheSameChecksThroughTheCApi) {
+  const std::string text = "a-secret-every-rank-of-this-job-holds";
+  const std::string path = write("k", text + "\n", 0600);
+  unsigned char key[32], again[32], other[32];
+  ASSERT_EQ(sparrowSecretFileKey(path.c_str(), "sparrow rendezvous v1", key), sparrowSuccess) << sparrowGetLastError(nullptr);
+  const std::string label = "sparrow rendezvous v1";
+  const auto want = transport::auth::hmac_sha256(std::vector<uint8_t>(label.begin(), label.end()),
+                                                 std::vector<uint8_t>(text.begin(), text.end()));
+  EXPECT_EQ(0, memcmp(key, want.data(), 32)) << "HMAC-SHA256(label, contents without the newline)";
+  ASSERT_EQ(sparrowSecretFileKey(path.c_str(), "another purpose", other), sparrowSuccess);
+  EXPECT_NE(0, memcmp(key, other, 32));
+  auto secret = read_secret_file(path);
+  ASSERT_TRUE(secret.ok());
+  auto as_key = secret_file_key(path, "sparrow secret file v1");
+  ASSERT_TRUE(as_key.ok());
+  EXPECT_TRUE(std::equal(secret->begin(), secret->end(), as_key->begin()));
+  // No path: SPARROW_SECRET_FILE, else refused.
+  EXPECT_EQ(sparrowSecretFileKey(nullptr, "sparrow rendezvous v1", again), sparrowInvalidUsage);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("SPARROW_SECRET_FILE is not set"), std::string::npos);
+  ASSERT_TRUE(params::set_override("SECRET_FILE", path).ok());
+  ASSERT_EQ(sparrowSecretFileKey("", "sparrow rendezvous v1", again), sparrowSuccess);
+  EXPECT_EQ(0, memcmp(key, again, 32));
+  // The file's checks, and the arguments'.
+  EXPECT_EQ(sparrowSecretFileKey(write("loose", text, 0644).c_str(), "x", again), sparrowInvalidUsage);
+  EXPECT_NE(std::string(sparrowGetLastError(nullptr)).find("chmod 600"), std::string::npos);
+  EXPECT_EQ(sparrowSecretFileKey(path.c_str(), "", again), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSecretFileKey(path.c_str(), std::string(257, 'l').c_str(), again), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSecretFileKey(path.c_str(), nullptr, again), sparrowInvalidArgument);
+  EXPECT_EQ(sparrowSecretFileKey(path.c_str(), "x", nullptr), sparrowInvalidArgument);
 }
 
 }  // namespace
