@@ -29,6 +29,7 @@ void OpState::advance(Phase next) {
   SPARROW_TRACE("operation %llu (%s): %s -> %s after %.3f ms", (unsigned long long)seq_, role_, phase_name(phase_),
                 phase_name(next), (t - since_) * 1e3);
   phase_ = next;
+  reached_ |= 1u << unsigned(next);
   since_ = t;
 }
 

@@ -24,6 +24,8 @@ class OpState {
   Phase phase() const { return phase_; }
   // Moves to `next` (TRACE: "operation 7 (receiver): stream -> accept after 12.3 ms").
   void advance(Phase next);
+  // Whether the operation has been in phase `p` (or is in it now).
+  bool reached(Phase p) const { return reached_ & (1u << unsigned(p)); }
   // Progress inside the stream phase.
   void received(uint32_t parts) { received_ = parts; }
   void verified(uint32_t parts) { verified_ = parts; }
@@ -36,6 +38,7 @@ class OpState {
   uint64_t seq_;
   const char* role_;
   Phase phase_ = Phase::kHeader;
+  uint32_t reached_ = 1u << unsigned(Phase::kHeader);
   double since_;
   uint32_t received_ = 0, verified_ = 0;
 };

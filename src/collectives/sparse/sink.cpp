@@ -76,10 +76,10 @@ Status SparseSink::receive() {
   while (state_.phase() != Phase::kDone) state_.advance(step());
   alive_.reset();
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
-  if (!acked_ && !dropped_) {
+  if (!acked() && standing_ != Standing::kDropped) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
     // and asks to be brought up to date at the next operation (best effort: the root may be gone).
-    need_resync_ = !no_root_;
+    need_resync_ = standing_ != Standing::kNoRoot;
     (void)relay_->wire().send({root_}, kAckSub, share(Ack{r, true, rv_->st.version}.encode()));
   }
   return r;
@@ -100,7 +100,10 @@ Phase SparseSink::step() {
 // An elastic operation's header comes from the root itself and names the members: this rank's place
 // in the tree over them, or that it is not one of them any more.
 Result<ReceivedHeader> SparseSink::elastic_header() {
-  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, coll::elastic_header(e_, relay_->wire(), root_, &dropped_));
+  bool dropped = false;
+  auto r = coll::elastic_header(e_, relay_->wire(), root_, &dropped);
+  if (dropped) standing_ = Standing::kDropped;
+  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, std::move(r));
   op_.members.assign(got.h.members.begin(), got.h.members.end());
   SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
   relay_->attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
@@ -123,23 +126,23 @@ Phase SparseSink::on_header() {
   forget_earlier_ops();
   if (!got.ok()) {
     fatal_ = got.status();
-    no_root_ = fatal_.code() == Code::kInvalidUsage;
+    if (fatal_.code() == Code::kInvalidUsage) standing_ = Standing::kNoRoot;
     return Phase::kDone;
   }
   const OpHeader& h = got->h;
   result_ = check_header(h, kSparse, bufs_, root_, e_.rank());
   // A rank that refused or failed the last operation gets a resync in this one (the root collects
   // that acknowledgement before it finishes sending); so does one the root lists in the header.
-  full_ = h.flags & kOpFull;  // the root sends a verdict on exactly these
+  in_.full = h.flags & kOpFull;  // the root sends a verdict on exactly these
   const auto& listed = h.resync;
-  resync_ = !full_ && (rv_->stale || std::find(listed.begin(), listed.end(), e_.rank()) != listed.end());
+  in_.resync = !in_.full && (rv_->stale || std::find(listed.begin(), listed.end(), e_.rank()) != listed.end());
   if (result_.ok()) {
     seeder_ = h.seeder_of(e_.rank());
     seed_to_ = h.seeded_by(e_.rank());
   }
   for (auto& b : bufs_) dst_.push_back(b.recv);
-  if (result_.ok() && !resync_) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
-  if (resync_ && seeder_ < 0 && e_.joined_at == op_.seq) declare_holdings();
+  if (result_.ok() && !in_.resync) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
+  if (in_.resync && seeder_ < 0 && e_.joined_at == op_.seq) declare_holdings();
   return Phase::kStream;
 }
 
@@ -194,7 +197,7 @@ Phase SparseSink::on_stream() {
       got = std::move(f.status());
       break;
     }
-    if (resync_) held_.push_back(f.value());  // this step's delta: the last link of a catch-up chain
+    if (in_.resync) held_.push_back(f.value());  // this step's delta: the last link of a catch-up chain
     if (is_footer(*f.value())) {
       footer_ = f.value();
       break;
@@ -211,7 +214,7 @@ Phase SparseSink::on_stream() {
 
 Phase SparseSink::on_accept() {
   if (!result_.ok()) return Phase::kAck;
-  if (resync_) {
+  if (in_.resync) {
     result_ = accept_resync();
   } else {
     result_ = footer_ ? sess_->prepare(*footer_)
@@ -286,7 +289,7 @@ Status SparseSink::catch_up(const Frame& chain) {
 
 Phase SparseSink::on_ack() {
   uint64_t holds = 0;  // what a catch-up may start from (0: a full snapshot)
-  if (!result_.ok() && resync_) {
+  if (!result_.ok() && in_.resync) {
     need_resync_ = true;  // the resync itself failed: a full snapshot next time
   } else if (!result_.ok() && result_.code() != Code::kVersionMismatch && result_.code() != Code::kInvalidUsage) {
     // It failed here (a timeout, a lost parent, corrupt data) and holds its last version, untouched:
@@ -309,8 +312,7 @@ Phase SparseSink::on_ack() {
     fatal_ = std::move(s);
     return Phase::kDone;
   }
-  acked_ = true;
-  return full_ ? Phase::kVerdict : Phase::kFlush;
+  return in_.full ? Phase::kVerdict : Phase::kFlush;
 }
 
 Phase SparseSink::on_verdict() {
@@ -340,13 +342,12 @@ Status SparseSink::commit(Status received) {
     state_.advance(Phase::kCommit);
     result = sess_->commit(&as);
     committed_ = result.ok();
-    if (result.ok() && resync_) resynced_ = true;
     if (result.ok() && !seed_to_.empty()) send_seeds();
     state_.advance(Phase::kDone);
   }
   // Expect a snapshot next time exactly when this step was refused and one was asked for; a
   // snapshot that failed starts over (the next delta is refused and asks again).
-  if (rv_ && (result.ok() || need_resync_ || resync_)) rv_->stale = need_resync_;
+  if (rv_ && (result.ok() || need_resync_ || in_.resync)) rv_->stale = need_resync_;
   record_stats(as, result);
   return result;
 }
@@ -358,12 +359,13 @@ void SparseSink::record_stats(const kernels::cpu::ApplyStats& as, const Status& 
   st.decode_s = as.decode_seconds;
   st.commit_s = as.write_seconds;
   st.ops++;
-  if (resynced_) st.resyncs++;
-  if (resynced_ && catchup_bytes_) {
+  const bool resynced = committed_ && in_.resync;
+  if (resynced) st.resyncs++;
+  if (resynced && catchup_bytes_) {
     st.catchups++;
     st.catchup_bytes += catchup_bytes_;
   }
-  st.changed = resync_ && !catchup_bytes_ ? 0 : as.changes;
+  st.changed = in_.resync && !catchup_bytes_ ? 0 : as.changes;
   st.apply_s = as.decode_seconds + as.write_seconds;  // decoding, the acceptance checks, the writes
   st.dense_bytes = op_.dense;
   st.wire_bytes = bytes_received();
@@ -372,7 +374,7 @@ void SparseSink::record_stats(const kernels::cpu::ApplyStats& as, const Status& 
   st.elements = elems;
   st.density = elems ? double(st.changed) / double(elems) : 0;
   st.encode_s = 0;
-  st.full = full_;
+  st.full = in_.full;
   st.total_s = now_s() - t0_;
   log_step(e_, result.ok() ? "sparse_bcast" : "sparse_bcast (failed)");
 }

@@ -81,15 +81,27 @@ class SparseSink {
   std::atomic<uint64_t> resync_bytes_{0};
   uint64_t catchup_bytes_ = 0;
   Status result_, fatal_;
-  bool full_ = false, resync_ = false, need_resync_ = false, resynced_ = false, acked_ = false;
-  bool lingers_ = false;    // on_flush: the relay goes on serving adoptions after the call returns
-  bool committed_ = false;  // commit() wrote this step
-  bool dropped_ = false;  // elastic: this rank is not a member any more (it sends no acknowledgement)
-  // The header never came because ranks disagree on the root (root_watch.h): whether the root this
-  // rank named sent the operation at all is unknown, so this rank does not wait for a resync at the
-  // next one unless that operation's header lists it (a root that did send lists every rank it did
-  // not hear from, or that asked).
-  bool no_root_ = false;
+  // What the header made of this operation for this rank.
+  enum class Standing : uint8_t {
+    kMember,   // it takes part (or the header has not come yet)
+    kDropped,  // elastic: it is not a member any more, and sends no acknowledgement
+    // The header never came because ranks disagree on the root (root_watch.h): whether the root this
+    // rank named sent the operation at all is unknown, so this rank does not wait for a resync at the
+    // next one unless that operation's header lists it (a root that did send lists every rank it did
+    // not hear from, or that asked).
+    kNoRoot,
+  };
+  Standing standing_ = Standing::kMember;
+  // What this rank receives, decided at the header: a verdict follows (`full`), and a resync (a
+  // snapshot, or the missed deltas) replaces this step's delta (`resync`).
+  struct Intake {
+    bool full = false, resync = false;
+  } in_;
+  bool need_resync_ = false;  // the acknowledgement asks for a resync at the next operation
+  bool committed_ = false;    // commit() wrote this step
+  bool lingers_ = false;      // on_flush: the relay goes on serving adoptions after the call returns
+  // on_ack moves on only once the acknowledgement went.
+  bool acked() const { return state_.reached(Phase::kVerdict) || state_.reached(Phase::kFlush); }
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
   std::vector<uint64_t> declared_;  // a joiner: the digests of its buffers it told the root
