@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// An elastic communicator's root membership: the operation's members are the live ranks (joiners
+// admitted at its start); the header, with the members, goes from the root to every member; the
+// stream's parts are kept for a rank that re-attaches mid-stream; a joiner declares what its buffers
+// hold and may catch up from a retained version; a rank due a full snapshot outside the root's region
+// gets it from a member of its own; a member that cannot take its resync is dropped; the operation
+// ends once every member acknowledged or was dropped (collectives/elastic.h).
+#include <algorithm>
+
+#include "collectives/membership.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace sparrow::coll::elastic {
+namespace {
+
+params::BoolParam kSeed("SEED_FROM_REGION", true,
+                        "Elastic communicators: a rank that needs a full snapshot (a joiner) gets it from a member of "
+                        "its own region that holds the version, instead of from the root (0: always from the root).");
+
+// Who sends `r` its full snapshot instead of the root: a member of r's region (as the tree sees
+// regions) that gets no resync itself and so holds the version, r's parent when it is one; -1: none.
+int pick_seeder(const topology::Tree& t, const std::vector<int>& members, const std::map<int, uint64_t>& resync, int r) {
+  const std::string& region = t.region[size_t(r)];
+  if (region.empty() || region == t.region[size_t(t.root)]) return -1;  // the root's region: the root is as near
+  auto fits = [&](int p) {
+    return p != r && p != t.root && !resync.count(p) && t.region[size_t(p)] == region &&
+           std::binary_search(members.begin(), members.end(), p);
+  };
+  if (t.parent[size_t(r)] >= 0 && fits(t.parent[size_t(r)])) return t.parent[size_t(r)];
+  for (int p : members)
+    if (fits(p)) return p;
+  return -1;
+}
+
+class ElasticRoot final : public RootMembership {
+ public:
+  ElasticRoot(Engine& e, const SparseOp& op) : e_(e), op_(op) {}
+
+  Status open(const OpWire&) override { return Status::Ok(); }  // the last operation collected its own
+
+  // The members, and the ranks due a full snapshot that a member of their region seeds instead: they
+  // stay listed in the header as resynced, and leave `resync` (the seeder sends theirs).
+  void stamp(OpHeader& h, bool full, std::map<int, uint64_t>& resync) override {
+    stamp_elastic(e_, h, op_.members);
+    if (full || !kSeed.get()) return;
+    for (auto it = resync.begin(); it != resync.end();) {
+      const int from = it->second == 0 ? pick_seeder(op_.tree, op_.members, resync, it->first) : -1;
+      if (from < 0) {
+        ++it;
+        continue;
+      }
+      SPARROW_INFO("operation %llu: rank %d gets its full snapshot from rank %d (region %s), not from the root",
+                   (unsigned long long)op_.seq, it->first, from, op_.tree.region[size_t(it->first)].c_str());
+      h.seeds.push_back({int32_t(it->first), int32_t(from)});
+      ++it;
+    }
+    for (auto [r, from] : h.seeds) resync.erase(r);
+  }
+
+  void send_header(const OpWire& w, Fanout& out, const Frame& header) override {
+    send_header_to_all(e_, w, header);
+    out.preconnect(transport::deadline_in(e_.comm.lease_s()));
+  }
+
+  Parts* parts() override { return &parts_; }
+
+  // The joiners of this operation that get their resync from the root tell it the digests of the
+  // buffers they hold (sent once they had the header, so normally here by now; each waited for at
+  // most half the lease); one whose buffers hold a retained version catches up from it (a restarted
+  // worker that kept its weights) instead of taking a full snapshot.
+  Status owed(const OpWire& w, RootState& rs, bool full, std::map<int, uint64_t>& resync) override {
+    if (full) return Status::Ok();
+    const auto until = std::min(w.deadline, transport::deadline_in(e_.comm.lease_s() / 2));
+    for (int r : op_.joined) {
+      auto it = resync.find(r);
+      if (it == resync.end() || it->second != 0) continue;
+      auto m = w.recv(r, kHoldingsSub, until);
+      auto d = m.ok() ? decode_holds(m.value()) : Result<std::vector<uint64_t>>(m.status());
+      if (!d.ok()) {
+        SPARROW_INFO("operation %llu: no digests from joiner rank %d (%s): a full snapshot", (unsigned long long)op_.seq,
+                     r, d.status().message().c_str());
+        continue;
+      }
+      it->second = d->empty() ? 0 : rs.retained.version_with(d.value());
+      if (it->second)
+        SPARROW_INFO("operation %llu: joiner rank %d holds retained version %llu", (unsigned long long)op_.seq, r,
+                     (unsigned long long)it->second);
+    }
+    return Status::Ok();
+  }
+
+  // A member that cannot take its resync is dropped, like one that cannot take the header.
+  bool drop(int rank, const std::string& why) override {
+    if (!e_.members.is_live(rank)) return false;
+    drop_member(e_, rank, op_.seq, why);
+    return true;
+  }
+
+  // Every member's acknowledgement or its drop; on the first operation on a buffer set, the verdict.
+  Status finish(const OpWire& w, RootState& rs, bool full, OpState& state) override {
+    Status end = finish_elastic(e_, w, op_.key, op_.members, parts_, full, nullptr);
+    if (full && !verdict_for_others(end).ok()) rs.enc->reset();  // arguments differ: a full snapshot again
+    if (full) state.advance(Phase::kVerdict);
+    return end;
+  }
+
+ private:
+  Engine& e_;
+  const SparseOp& op_;
+  Parts parts_;
+};
+
+}  // namespace
+
+std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op) {
+  return std::make_unique<ElasticRoot>(e, op);
+}
+
+}  // namespace sparrow::coll::elastic

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// A root's side of one sparse operation as its communicator's membership shapes it: what earlier
+// operations left to collect, who the header names and how it travels, what a rank that re-attaches
+// mid-stream is served from, whose resync this operation owes, what happens to a rank that cannot
+// take one, and how the operation ends. A fixed communicator (membership.cpp: the tree carries the
+// header, acknowledgements are drained a window later, the first operation on a buffer set ends in a
+// verdict) and an elastic one (elastic/membership.cpp: members with leases, the header to every
+// member, joiners' declared versions, seeds from region peers, every acknowledgement or a drop)
+// each implement it, so sparse_root reads as one protocol.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "collectives/elastic.h"
+#include "collectives/fanout.h"
+#include "collectives/op.h"
+#include "collectives/protocol.h"
+#include "collectives/sparse/sparse_op.h"
+#include "collectives/state.h"
+
+namespace sparrow::coll {
+
+class RootMembership {
+ public:
+  virtual ~RootMembership() = default;
+  // Before the header: the acknowledgements of earlier operations still to collect (the first failure
+  // one of them reported).
+  virtual Status open(const OpWire& w) = 0;
+  // The header's membership fields: `resync` (rank -> the version it holds, 0: a snapshot) loses the
+  // ranks another member serves instead of the root.
+  virtual void stamp(OpHeader& h, bool full, std::map<int, uint64_t>& resync) = 0;
+  // The header to the ranks that are to have it from the root.
+  virtual void send_header(const OpWire& w, Fanout& out, const Frame& header) = 0;
+  // Where the stream's parts are kept for ranks that re-attach mid-stream (null: none are).
+  virtual Parts* parts() = 0;
+  // After the stream: the resyncs this operation owes besides `resync` (added to it). `rs` is the
+  // buffers' state; its list of ranks that asked is cleared by the caller afterwards.
+  virtual Status owed(const OpWire& w, RootState& rs, bool full, std::map<int, uint64_t>& resync) = 0;
+  // A rank that could not take its resync: true when it was dropped from the operation (the others'
+  // operation goes on), false when that is the operation's failure.
+  virtual bool drop(int rank, const std::string& why) = 0;
+  // The end: acknowledgements and, on the first (full) operation on a buffer set, the verdict
+  // (advancing `state` to it). Returns the first failure; a disagreement resets `rs`'s encoder.
+  virtual Status finish(const OpWire& w, RootState& rs, bool full, OpState& state) = 0;
+};
+
+// The root's membership for operation `op` on this engine's communicator.
+std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
+
+namespace elastic {
+std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
+}  // namespace elastic
+
+}  // namespace sparrow::coll
