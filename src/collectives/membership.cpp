@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A fixed communicator's root membership: the header goes down the tree; the acknowledgements of an
+// A fixed communicator's membership: the header goes down the tree; the acknowledgements of an
 // operation are drained a window of operations later (AckWindow), except on a buffer set's first,
 // full operation, whose arguments every rank must agree on: everyone's, then the verdict.
 #include "collectives/membership.h"
@@ -56,11 +56,36 @@ class FixedRoot final : public RootMembership {
   const SparseOp& op_;
 };
 
+// A fixed communicator's receiver: the header comes down the tree like the rest.
+class FixedReceiver final : public ReceiverMembership {
+ public:
+  explicit FixedReceiver(Engine& e) : e_(e) {}
+  std::unique_ptr<Relay> relay(const SparseOp& op) override {
+    return std::make_unique<Relay>(e_.wire(op.seq), op.tree.parent[e_.rank()], op.tree.children[e_.rank()]);
+  }
+  void started(const OpWire&, int) override {}
+  void acknowledging() override {}
+  Result<ReceivedHeader> header(Relay& relay, SparseOp&, int root, bool*) override {
+    SPARROW_ASSIGN_OR_RETURN(Frame f, relay.header(root));
+    SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
+    return ReceivedHeader{std::move(f), std::move(h)};
+  }
+  bool lingers(Relay&) const override { return false; }
+
+ private:
+  Engine& e_;
+};
+
 }  // namespace
 
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op) {
   if (e.comm.elastic()) return elastic::root_membership(e, op);
   return std::make_unique<FixedRoot>(e, op);
+}
+
+std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e) {
+  if (e.comm.elastic()) return elastic::receiver_membership(e);
+  return std::make_unique<FixedReceiver>(e);
 }
 
 }  // namespace sparrow::coll

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A root's side of one sparse operation as its communicator's membership shapes it: what earlier
+// One sparse operation as its communicator's membership shapes it. The root's side: what earlier
 // operations left to collect, who the header names and how it travels, what a rank that re-attaches
 // mid-stream is served from, whose resync this operation owes, what happens to a rank that cannot
 // take one, and how the operation ends. A fixed communicator (membership.cpp: the tree carries the
@@ -17,6 +17,7 @@
 #include "collectives/fanout.h"
 #include "collectives/op.h"
 #include "collectives/protocol.h"
+#include "collectives/relay.h"
 #include "collectives/sparse/sparse_op.h"
 #include "collectives/state.h"
 
@@ -49,8 +50,29 @@ class RootMembership {
 // The root's membership for operation `op` on this engine's communicator.
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
 
+// A receiver's side: where the operation comes from (down the tree, or its header from the root
+// itself, which names the members and so this rank's place), whether the root hears the rank is
+// alive meanwhile, and whether its relay goes on serving after its call returned.
+class ReceiverMembership {
+ public:
+  virtual ~ReceiverMembership() = default;
+  // The relay this rank receives and forwards operation `op` with, before its header came.
+  virtual std::unique_ptr<Relay> relay(const SparseOp& op) = 0;
+  // From the start of the operation until this rank acknowledges it (acknowledging()).
+  virtual void started(const OpWire& w, int root) = 0;
+  virtual void acknowledging() = 0;
+  // The operation's header. An elastic one names the members: `op` gets them and the tree over them,
+  // `relay` its place in it; `*dropped` says the root counts this rank out.
+  virtual Result<ReceivedHeader> header(Relay& relay, SparseOp& op, int root, bool* dropped) = 0;
+  // Whether the relay goes on serving adoptions after the call returned (its operation succeeded).
+  virtual bool lingers(Relay& relay) const = 0;
+};
+
+std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
+
 namespace elastic {
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
+std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
 }  // namespace elastic
 
 }  // namespace sparrow::coll

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// An elastic communicator's root membership: the operation's members are the live ranks (joiners
+// An elastic communicator's membership. The root: the operation's members are the live ranks (joiners
 // admitted at its start); the header, with the members, goes from the root to every member; the
 // stream's parts are kept for a rank that re-attaches mid-stream; a joiner declares what its buffers
 // hold and may catch up from a retained version; a rank due a full snapshot outside the root's region
 // gets it from a member of its own; a member that cannot take its resync is dropped; the operation
 // ends once every member acknowledged or was dropped (collectives/elastic.h).
 #include <algorithm>
+#include <optional>
 
 #include "collectives/membership.h"
 #include "core/log.h"
@@ -111,10 +112,43 @@ class ElasticRoot final : public RootMembership {
   Parts parts_;
 };
 
+// An elastic receiver: its header comes from the root and names the members, so the tree (and the
+// rank's parent) is known only then; until it acknowledges, its heartbeats renew its lease; after a
+// successful step its relay goes on serving adoptions while ranks of its region below may still ask.
+class ElasticReceiver final : public ReceiverMembership {
+ public:
+  explicit ElasticReceiver(Engine& e) : e_(e) {}
+  std::unique_ptr<Relay> relay(const SparseOp& op) override {
+    return std::make_unique<Relay>(e_.wire(op.seq), -1, std::vector<int>{});
+  }
+  void started(const OpWire& w, int root) override { alive_.emplace(w, root, e_.comm.lease_s()); }
+  void acknowledging() override { alive_.reset(); }  // the root stops listening for heartbeats then
+
+  Result<ReceivedHeader> header(Relay& relay, SparseOp& op, int root, bool* dropped) override {
+    SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, elastic_header(e_, relay.wire(), root, dropped));
+    op.members.assign(got.h.members.begin(), got.h.members.end());
+    SPARROW_ASSIGN_OR_RETURN(op.tree, e_.tree(root, double(op.dense) / 100, &op.members));
+    const int me = e_.rank();
+    const double lease = e_.comm.lease_s();
+    relay.attach_elastic(op.tree.parent[me], op.tree.children[me], root, lease, reattach_patience(op.tree, me, lease),
+                         adopter_for(op.tree, me), adoptable_by(op.tree, me));
+    relay.preconnect(transport::deadline_in(lease));
+    return got;
+  }
+
+  bool lingers(Relay& relay) const override { return relay.may_adopt(); }
+
+ private:
+  Engine& e_;
+  std::optional<Heartbeat> alive_;
+};
+
 }  // namespace
 
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op) {
   return std::make_unique<ElasticRoot>(e, op);
 }
+
+std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e) { return std::make_unique<ElasticReceiver>(e); }
 
 }  // namespace sparrow::coll::elastic

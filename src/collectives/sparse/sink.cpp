@@ -1,7 +1,5 @@
 #include "collectives/sparse/sink.h"
 
-#include "collectives/elastic.h"
-
 #include <algorithm>
 
 #include "core/log.h"
@@ -59,10 +57,8 @@ Status feed_checkpoint(kernels::cpu::ApplySession& sess, const Frame& blob, cons
 }  // namespace
 
 SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const SparseOp& op)
-    : e_(e), bufs_(std::move(bufs)), root_(root), op_(op),
-      relay_(std::make_unique<Relay>(e.wire(op.seq), e.comm.elastic() ? -1 : op.tree.parent[e.rank()],
-                                     e.comm.elastic() ? std::vector<int>{} : op.tree.children[e.rank()])),
-      state_(op.seq, "receiver"), t0_(now_s()) {}
+    : e_(e), bufs_(std::move(bufs)), root_(root), op_(op), members_(receiver_membership(e)),
+      relay_(members_->relay(op_)), state_(op.seq, "receiver"), t0_(now_s()) {}
 
 SparseSink::~SparseSink() {
   e_.end_lingering();  // (when the header never came)
@@ -72,9 +68,9 @@ SparseSink::~SparseSink() {
 
 Status SparseSink::receive() {
   rv_ = &receiver_state(e_, op_.key, op_.layout);
-  if (e_.comm.elastic()) alive_.emplace(relay_->wire(), root_, e_.comm.lease_s());
+  members_->started(relay_->wire(), root_);
   while (state_.phase() != Phase::kDone) state_.advance(step());
-  alive_.reset();
+  members_->acknowledging();
   Status r = result_.ok() ? fatal_ : result_;  // the first failure (an acknowledgement that could not go comes after)
   if (!acked() && standing_ != Standing::kDropped) {
     // It failed before acknowledging (a timeout, a lost parent): this rank holds its last version
@@ -97,32 +93,10 @@ Phase SparseSink::step() {
   }
 }
 
-// An elastic operation's header comes from the root itself and names the members: this rank's place
-// in the tree over them, or that it is not one of them any more.
-Result<ReceivedHeader> SparseSink::elastic_header() {
-  bool dropped = false;
-  auto r = coll::elastic_header(e_, relay_->wire(), root_, &dropped);
-  if (dropped) standing_ = Standing::kDropped;
-  SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, std::move(r));
-  op_.members.assign(got.h.members.begin(), got.h.members.end());
-  SPARROW_ASSIGN_OR_RETURN(op_.tree, e_.tree(root_, double(op_.dense) / 100, &op_.members));
-  relay_->attach_elastic(op_.tree.parent[e_.rank()], op_.tree.children[e_.rank()], root_, e_.comm.lease_s(),
-                        reattach_patience(op_.tree, e_.rank(), e_.comm.lease_s()), adopter_for(op_.tree, e_.rank()),
-                        adoptable_by(op_.tree, e_.rank()));
-  relay_->preconnect(transport::deadline_in(e_.comm.lease_s()));
-  return got;
-}
-
-// The operation's header: from the root (elastic), else down the tree.
-Result<ReceivedHeader> SparseSink::header() {
-  if (e_.comm.elastic()) return elastic_header();
-  SPARROW_ASSIGN_OR_RETURN(Frame f, relay_->header(root_));
-  SPARROW_ASSIGN_OR_RETURN(OpHeader h, OpHeader::decode(*f));
-  return ReceivedHeader{std::move(f), std::move(h)};
-}
-
 Phase SparseSink::on_header() {
-  auto got = header();
+  bool dropped = false;
+  auto got = members_->header(*relay_, op_, root_, &dropped);
+  if (dropped) standing_ = Standing::kDropped;
   forget_earlier_ops();
   if (!got.ok()) {
     fatal_ = got.status();
@@ -306,7 +280,7 @@ Phase SparseSink::on_ack() {
                     "its next call on them brings " + (behind ? "the steps it missed" : "a full snapshot") +
                     " from rank " + std::to_string(root_));
   }
-  alive_.reset();  // acknowledged from here on: the root stops listening for heartbeats
+  members_->acknowledging();
   Status s = relay_->wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
   if (!s.ok()) {
     fatal_ = std::move(s);
@@ -329,7 +303,7 @@ Phase SparseSink::on_verdict() {
 // in its region rather than by the root (a sparse relay returns at its acknowledgement, usually long
 // before its descendants have given up on a stalled parent).
 Phase SparseSink::on_flush() {
-  lingers_ = result_.ok() && e_.comm.elastic() && relay_->may_adopt();
+  lingers_ = result_.ok() && members_->lingers(*relay_);
   if (lingers_) relay_->flush();
   else relay_->finish();
   return Phase::kDone;

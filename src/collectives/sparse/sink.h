@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-#include "collectives/elastic.h"
+#include "collectives/membership.h"
 #include "collectives/op.h"
 #include "collectives/relay.h"
 #include "collectives/sparse/sparse_op.h"
@@ -50,8 +50,6 @@ class SparseSink {
   // or the acknowledgement could not travel) sets fatal_ and returns kDone.
   Phase step();
   Phase on_header();
-  Result<ReceivedHeader> elastic_header();
-  Result<ReceivedHeader> header();
   void forget_earlier_ops();
   Phase on_stream();
   Phase on_accept();
@@ -69,6 +67,7 @@ class SparseSink {
   std::vector<BufferArg> bufs_;
   int root_;
   SparseOp op_;  // an elastic receiver fills in the members and the tree from the header
+  std::unique_ptr<ReceiverMembership> members_;
   std::unique_ptr<Relay> relay_;  // (moved to Engine::lingering by the destructor)
   OpState state_;
   double t0_;
@@ -105,7 +104,6 @@ class SparseSink {
   int seeder_ = -1;            // elastic: the member of this rank's region that sends its snapshot
   std::vector<int> seed_to_;   // elastic: the ranks this one sends its snapshot once it committed
   std::vector<uint64_t> declared_;  // a joiner: the digests of its buffers it told the root
-  std::optional<Heartbeat> alive_;  // elastic: the root hears from this rank until it acknowledges
 };
 
 }  // namespace sparrow::coll
