@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "collectives/elastic.h"
+#include "collectives/membership.h"
 #include "collectives/sparse/sparse_op.h"
 #include "collectives/sparse/stage.h"
 #include "core/affinity.h"
@@ -29,30 +29,17 @@ Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int
     op.key.push_back(e.rank() == root ? bufs[i].send : bufs[i].recv);
     op.dense += op.layout.back().bytes();
   }
-  // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size. An
-  // elastic receiver builds it when the root's header names the members.
-  if (participants) op.participants = *participants;
-  if (!e.comm.elastic()) {
-    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, participants));
-  } else if (e.rank() == root) {
-    op.joined = admit_joiners(e, op.seq);
-    op.members = e.members.live();
-    SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
-  }
+  SPARROW_RETURN_IF_ERROR(plan_members(e, op, root, participants));
   return op;
 }
 
 Status sparse_bcast(Engine& e, const std::vector<BufferArg>& bufs, int root, const std::vector<int>* participants) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
-  if (participants && e.comm.elastic())
-    return Error(Code::kInvalidUsage, "an operation among some ranks only needs a fixed communicator");
   InCall busy(e);
   SPARROW_ASSIGN_OR_RETURN(SparseOp op, begin_sparse(e, bufs, root, participants));
   if (e.rank() == root) {
     e.end_lingering();  // (a receiver's last relay: a receiver ends it once the next header came)
-    Status s = sparse_root(e, bufs, root, op);
-    if (e.comm.elastic()) publish_free_slots(e);  // the members this operation dropped
-    return s;
+    return sparse_root(e, bufs, root, op);
   }
   SparseSink rx(e, bufs, root, op);
   Status r = rx.receive();

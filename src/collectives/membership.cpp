@@ -78,6 +78,17 @@ class FixedReceiver final : public ReceiverMembership {
 
 }  // namespace
 
+Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants) {
+  if (e.comm.elastic()) {
+    if (participants) return Error(Code::kInvalidUsage, "an operation among some ranks only needs a fixed communicator");
+    return elastic::plan_members(e, op, root);
+  }
+  if (participants) op.participants = *participants;
+  // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size.
+  SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, participants));
+  return Status::Ok();
+}
+
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op) {
   if (e.comm.elastic()) return elastic::root_membership(e, op);
   return std::make_unique<FixedRoot>(e, op);

@@ -47,6 +47,12 @@ class RootMembership {
   virtual Status finish(const OpWire& w, RootState& rs, bool full, OpState& state) = 0;
 };
 
+// Who takes part in operation `op` and over which tree, before its header: on a fixed communicator
+// every rank, or `participants` (null: every rank); on an elastic one, at the root, the live members
+// with the joiners it admits now (a receiver learns them from the header). An operation among some
+// ranks only needs a fixed communicator (kInvalidUsage).
+Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants);
+
 // The root's membership for operation `op` on this engine's communicator.
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
 
@@ -71,6 +77,7 @@ class ReceiverMembership {
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
 
 namespace elastic {
+Status plan_members(Engine& e, SparseOp& op, int root);
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
 }  // namespace elastic

@@ -37,6 +37,9 @@ int pick_seeder(const topology::Tree& t, const std::vector<int>& members, const 
 class ElasticRoot final : public RootMembership {
  public:
   ElasticRoot(Engine& e, const SparseOp& op) : e_(e), op_(op) {}
+  // However the root's call ends: the store learns the slots free now (the members it dropped), for
+  // joiners that do not name one.
+  ~ElasticRoot() override { publish_free_slots(e_); }
 
   Status open(const OpWire&) override { return Status::Ok(); }  // the last operation collected its own
 
@@ -144,6 +147,15 @@ class ElasticReceiver final : public ReceiverMembership {
 };
 
 }  // namespace
+
+Status plan_members(Engine& e, SparseOp& op, int root) {
+  if (e.rank() != root) return Status::Ok();  // (from the header)
+  op.joined = admit_joiners(e, op.seq);
+  op.members = e.members.live();
+  // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size.
+  SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
+  return Status::Ok();
+}
 
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op) {
   return std::make_unique<ElasticRoot>(e, op);
