@@ -16,13 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/fanout.h"
 #include "collectives/state.h"
 
 namespace sparrow::coll {
-
-// An operation's parts by sub, as the root streamed them (a sparse operation's frames, kept alive by
-// the payloads; a dense one's segments, borrowed from the caller's buffers).
-using Parts = std::map<uint32_t, transport::Payload>;
 
 // The header to every other rank the root can still reach, each send bounded by the lease.
 void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);

@@ -5,6 +5,7 @@
 // reports it to the root.
 #pragma once
 
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -12,6 +13,11 @@
 #include "collectives/protocol.h"
 
 namespace sparrow::coll {
+
+// An operation's parts by sub, as the root streamed them (a sparse operation's frames, kept alive by
+// the payloads; a dense one's segments, borrowed from the caller's buffers): what a rank that
+// re-attaches mid-stream is served from.
+using Parts = std::map<uint32_t, transport::Payload>;
 
 class Fanout {
  public:
