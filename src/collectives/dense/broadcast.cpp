@@ -19,14 +19,7 @@
 namespace sparrow::coll {
 namespace {
 
-using dense::DenseOp;
-using dense::bytes_of;
-using dense::dense_header;
-using dense::host_source;
-using dense::copy_to_recv;
-using dense::send_segments;
-using dense::receive_segments;
-using dense::segment_bytes;
+using namespace dense;  // (dense/segments.h)
 
 Result<std::vector<DenseOp>> plan(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   std::vector<DenseOp> ops;

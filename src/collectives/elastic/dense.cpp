@@ -14,15 +14,7 @@
 namespace sparrow::coll::elastic {
 namespace {
 
-using dense::DenseOp;
-using dense::bytes_of;
-using dense::dense_header;
-using dense::host_source;
-using dense::copy_to_recv;
-using dense::send_segments;
-using dense::receive_segments;
-using dense::segments;
-using dense::segment_bytes;
+using namespace dense;  // (dense/segments.h)
 
 // The root's elastic operation: the header to every rank, the segments down the tree over the
 // members (kept for re-attaching ranks), then every member's acknowledgement or its drop, and the
