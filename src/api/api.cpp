@@ -168,13 +168,7 @@ SPARROW_EXPORT sparrowResult_t sparrowSecretFileKey(const char* path, const char
   if (!label || !key) return invalid("sparrowSecretFileKey: label or key is NULL");
   const size_t n = strnlen(label, 257);
   if (n == 0 || n > 256) return invalid("sparrowSecretFileKey: label must be 1..256 bytes");
-  std::string file = path ? path : "";
-  if (file.empty()) {
-    auto set = sparrow::params::value_of("SECRET_FILE");
-    file = set.ok() ? set.value() : "";
-    if (file.empty()) return fail(sparrow::Error(sparrow::Code::kInvalidUsage, "sparrowSecretFileKey: no path and SPARROW_SECRET_FILE is not set"));
-  }
-  auto k = sparrow::bootstrap::secret_file_key(file, std::string(label, n));
+  auto k = sparrow::bootstrap::secret_file_key(path ? path : "", std::string(label, n));
   if (!k.ok()) return fail(k.status());
   memcpy(key, k->data(), 32);
   return sparrowSuccess;

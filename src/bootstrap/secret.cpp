@@ -56,7 +56,9 @@ Result<std::string> read_private(const std::string& path) {
 
 }  // namespace
 
-Result<std::array<uint8_t, 32>> secret_file_key(const std::string& path, const std::string& label) {
+Result<std::array<uint8_t, 32>> secret_file_key(const std::string& named, const std::string& label) {
+  const std::string path = named.empty() ? kSecretFile.get() : named;
+  if (path.empty()) return Error(Code::kInvalidUsage, "no secret file named, and SPARROW_SECRET_FILE is not set");
   SPARROW_ASSIGN_OR_RETURN(std::string data, read_private(path));
   while (!data.empty() && (data.back() == '\n' || data.back() == '\r' || data.back() == ' ' || data.back() == '\t'))
     data.pop_back();

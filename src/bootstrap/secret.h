@@ -24,7 +24,8 @@ Result<std::optional<std::vector<uint8_t>>> secret_from_file();
 Result<std::vector<uint8_t>> read_secret_file(const std::string& path);
 // HMAC-SHA256 keyed by `label` of the file's contents (trailing whitespace dropped), after the same
 // checks: the key of a purpose of its own (the communicator secret is label "sparrow secret file
-// v1"; the Python rendezvous uses "sparrow rendezvous v1").
+// v1"; the Python rendezvous uses "sparrow rendezvous v1"). `path` empty: SPARROW_SECRET_FILE
+// (kInvalidUsage when that is not set either).
 Result<std::array<uint8_t, 32>> secret_file_key(const std::string& path, const std::string& label);
 // What the id carries in place of a secret from a file: a keyed hash of it, which identifies the
 // secret without revealing it.

@@ -77,6 +77,10 @@ class ReceiverMembership {
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
 
 namespace elastic {
+// A receiver's relay placed in tree `t` over the members (an elastic header names them): its parent
+// and children, its failover (patience before re-attaching, its adopter, the ranks it may adopt), and
+// its connections opened ahead. Sparse and dense receivers alike.
+void attach(Engine& e, Relay& relay, const topology::Tree& t, int root);
 Status plan_members(Engine& e, SparseOp& op, int root);
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);

@@ -20,6 +20,13 @@ params::StringParam kTopoFile("TOPO_FILE", "",
                               "An hwloc XML export to read the host's topology from instead of the machine (clouds and "
                               "containers whose sysfs says little; tests).");
 
+// dddd:bb:dd.f, lower-case hex: how the topology names PCI devices.
+std::string format_bus_id(unsigned dom, unsigned bus, unsigned dev, unsigned fn) {
+  char b[32];
+  snprintf(b, sizeof b, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return b;
+}
+
 std::string json_str(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
@@ -60,10 +67,12 @@ hwloc_obj_t pci_device_of(hwloc_obj_t o) {
 
 std::string bus_id(hwloc_obj_t pci) {
   if (!pci) return "";
-  char b[32];
-  snprintf(b, sizeof b, "%04x:%02x:%02x.%01x", unsigned(pci->attr->pcidev.domain), unsigned(pci->attr->pcidev.bus),
-           unsigned(pci->attr->pcidev.dev), unsigned(pci->attr->pcidev.func));
-  return b;
+  return format_bus_id(pci->attr->pcidev.domain, pci->attr->pcidev.bus, pci->attr->pcidev.dev, pci->attr->pcidev.func);
+}
+
+// The NUMA node `o` spans when it spans exactly one (-1 otherwise).
+int single_node(hwloc_obj_t o) {
+  return o && o->nodeset && hwloc_bitmap_weight(o->nodeset) == 1 ? hwloc_bitmap_first(o->nodeset) : -1;
 }
 
 // The objects above `o`, nearest first, each with the kind of link it is.
@@ -73,18 +82,13 @@ std::vector<PciHop> path_of(hwloc_obj_t o) {
     PciLink l = PciLink::kSystem;
     if (o->type == HWLOC_OBJ_BRIDGE)
       l = o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI ? PciLink::kSwitch : PciLink::kHostBridge;
-    else if (o->nodeset && hwloc_bitmap_weight(o->nodeset) == 1)
+    else if (single_node(o) >= 0)
       l = PciLink::kNode;
     p.push_back({o->gp_index, l});
   }
   return p;
 }
 
-// The NUMA node of the first non-I/O object above `o` when it spans exactly one (-1 otherwise).
-int numa_above(hwloc_topology_t t, hwloc_obj_t o) {
-  hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o);
-  return local && local->nodeset && hwloc_bitmap_weight(local->nodeset) == 1 ? hwloc_bitmap_first(local->nodeset) : -1;
-}
 
 Result<TopoPtr> load(const std::string& xml) {
   hwloc_topology_t raw = nullptr;
@@ -112,9 +116,10 @@ void fill_nics(hwloc_topology_t t, HostTopology& h) {
     hwloc_obj_t pci = pci_device_of(o);
     n.pci = bus_id(pci);
     n.path = path_of(pci ? pci : o);
-    if (hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o)) n.cpus = cpus_of(local->cpuset);
+    hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t, o);
+    if (local) n.cpus = cpus_of(local->cpuset);
     // Local to one NUMA node when the object it hangs off spans exactly one (a NIC under the machine does not).
-    n.numa = numa_above(t, o);
+    n.numa = single_node(local);
     h.nics.push_back(std::move(n));
   }
 }
@@ -130,7 +135,7 @@ void fill_gpus(hwloc_topology_t t, HostTopology& h) {
     if (!is_gpu(o)) continue;
     char ids[16];
     snprintf(ids, sizeof ids, "%04x:%04x", unsigned(o->attr->pcidev.vendor_id), unsigned(o->attr->pcidev.device_id));
-    h.gpus.push_back({bus_id(o), ids, numa_above(t, o), path_of(o)});
+    h.gpus.push_back({bus_id(o), ids, single_node(hwloc_get_non_io_ancestor_obj(t, o)), path_of(o)});
   }
 }
 
@@ -202,9 +207,7 @@ std::string pci_normal(const std::string& pci) {
     dom = 0, used = 0;
     if (sscanf(pci.c_str(), "%x:%x.%x%n", &bus, &dev, &fn, &used) != 3 || size_t(used) != pci.size()) return pci;
   }
-  char b[32];
-  snprintf(b, sizeof b, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
-  return b;
+  return format_bus_id(dom, bus, dev, fn);
 }
 }  // namespace
 

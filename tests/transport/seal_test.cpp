@@ -242,6 +242,19 @@ struct Outcome {
   std::vector<uint8_t> wire;  // rank 0's bytes as the proxy saw them
 };
 
+// Rank 0 sends `msgs` to rank 1 (from a thread of its own); what rank 1 got for each.
+std::vector<Result<std::vector<uint8_t>>> send_and_receive(const std::vector<std::unique_ptr<Net>>& nets,
+                                                   const std::vector<std::vector<uint8_t>>& msgs) {
+  std::thread sender([&] {
+    for (size_t i = 0; i < msgs.size(); ++i)
+      (void)nets[0]->send(1, MsgKey{42, i, 0}, Payload{msgs[i].data(), msgs[i].size(), nullptr}, test::soon(5));
+  });
+  std::vector<Result<std::vector<uint8_t>>> got;
+  for (size_t i = 0; i < msgs.size(); ++i) got.push_back(nets[1]->recv(0, MsgKey{42, i, 0}, test::soon(3)));
+  sender.join();
+  return got;
+}
+
 // Rank 0 sends kMsgs messages of kMsgBytes to rank 1 through the proxy, one stream, protection `mode`.
 Outcome through_proxy(const std::string& mode, Proxy::Tamper tamper) {
   EXPECT_TRUE(params::set_override("ENCRYPT", mode).ok());
@@ -251,13 +264,8 @@ Outcome through_proxy(const std::string& mode, Proxy::Tamper tamper) {
   nets[0]->set_addresses({nets[0]->address(), proxy.address()});
   std::vector<std::vector<uint8_t>> msgs;
   for (size_t i = 0; i < kMsgs; ++i) msgs.push_back(pattern(i));
-  std::thread sender([&] {
-    for (size_t i = 0; i < kMsgs; ++i)
-      (void)nets[0]->send(1, MsgKey{42, i, 0}, Payload{msgs[i].data(), msgs[i].size(), nullptr}, test::soon(5));
-  });
   Outcome o;
-  for (size_t i = 0; i < kMsgs; ++i) o.got.push_back(nets[1]->recv(0, MsgKey{42, i, 0}, test::soon(3)));
-  sender.join();
+  o.got = send_and_receive(nets, msgs);
   nets.clear();
   o.wire = proxy.seen();
   params::clear_overrides();
@@ -387,12 +395,7 @@ Outcome through_ucx(const std::string& mode, size_t bytes, UcxTamper tamper, Wir
   for (size_t i = 0; i < kMsgs; ++i) msgs.push_back(pattern(i, bytes));
   {
     auto nets = test::make_nets("ucx", 2, 1);
-    std::thread sender([&] {
-      for (size_t i = 0; i < kMsgs; ++i)
-        (void)nets[0]->send(1, MsgKey{42, i, 0}, Payload{msgs[i].data(), msgs[i].size(), nullptr}, test::soon(5));
-    });
-    for (size_t i = 0; i < kMsgs; ++i) o.got.push_back(nets[1]->recv(0, MsgKey{42, i, 0}, test::soon(3)));
-    sender.join();
+    o.got = send_and_receive(nets, msgs);
   }
   set_ucx_wire_hook(nullptr);
   params::clear_overrides();

@@ -8,6 +8,7 @@
 #include "collectives/bcast.h"
 #include "collectives/dense/segments.h"
 #include "collectives/elastic.h"
+#include "collectives/membership.h"
 #include "core/log.h"
 #include "kernels/device.h"
 
@@ -64,11 +65,7 @@ Status group_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Dense
   for (auto& hb : h.bufs) op.bytes += bytes_of(hb);
   SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.bytes), &members));
   Relay relay(w, -1, {});
-  const int me = e.rank();
-  relay.attach_elastic(op.tree.parent[me], op.tree.children[me], root, e.comm.lease_s(),
-                       reattach_patience(op.tree, me, e.comm.lease_s()), adopter_for(op.tree, me),
-                       adoptable_by(op.tree, me));
-  relay.preconnect(transport::deadline_in(e.comm.lease_s()));
+  attach(e, relay, op.tree, root);
   // All or nothing: the segments land in host staging (forwarded from there), and the receive
   // buffers are written only once the root's verdict said every member agreed. A failed call (the
   // root died, this rank was dropped meanwhile) leaves them as they were.

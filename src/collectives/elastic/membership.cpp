@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "collectives/elastic.h"
 #include "collectives/membership.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -131,11 +132,7 @@ class ElasticReceiver final : public ReceiverMembership {
     SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, elastic_header(e_, relay.wire(), root, dropped));
     op.members.assign(got.h.members.begin(), got.h.members.end());
     SPARROW_ASSIGN_OR_RETURN(op.tree, e_.tree(root, double(op.dense) / 100, &op.members));
-    const int me = e_.rank();
-    const double lease = e_.comm.lease_s();
-    relay.attach_elastic(op.tree.parent[me], op.tree.children[me], root, lease, reattach_patience(op.tree, me, lease),
-                         adopter_for(op.tree, me), adoptable_by(op.tree, me));
-    relay.preconnect(transport::deadline_in(lease));
+    attach(e_, relay, op.tree, root);
     return got;
   }
 
@@ -147,6 +144,14 @@ class ElasticReceiver final : public ReceiverMembership {
 };
 
 }  // namespace
+
+void attach(Engine& e, Relay& relay, const topology::Tree& t, int root) {
+  const int me = e.rank();
+  const double lease = e.comm.lease_s();
+  relay.attach_elastic(t.parent[me], t.children[me], root, lease, reattach_patience(t, me, lease), adopter_for(t, me),
+                       adoptable_by(t, me));
+  relay.preconnect(transport::deadline_in(lease));
+}
 
 Status plan_members(Engine& e, SparseOp& op, int root) {
   if (e.rank() != root) return Status::Ok();  // (from the header)

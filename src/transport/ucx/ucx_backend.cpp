@@ -201,8 +201,7 @@ class UcxBackend : public Backend {
   std::unordered_map<ucp_ep_h, UcxConnPtr> eps_;  // progress thread only
   struct Rndv {
     void* desc;
-    uint8_t* dest;
-    RecvCtx* ctx;
+    RecvCtx* ctx;  // (its dst is where the payload goes)
   };
   std::vector<Rndv> rndv_;
   std::vector<void*> closing_;  // ep close requests in flight
@@ -621,7 +620,7 @@ ucs_status_t UcxBackend::on_frame(const UcxConnPtr& c, const void* header, size_
   r->dst = dst.value();
   if (rndv) {  // fetched after progress returns; UCS_INPROGRESS keeps the descriptor valid until then
     ++c->rndv_out_;
-    rndv_.push_back(Rndv{data, r->dst, r.release()});
+    rndv_.push_back(Rndv{data, r.release()});
     return UCS_INPROGRESS;
   }
   if (len) memcpy(r->dst, data, len);
@@ -720,7 +719,7 @@ void UcxBackend::loop() {
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.recv_am = recv_cb;
       p.user_data = r.ctx;
-      void* req = ucp_am_recv_data_nbx(worker_, r.desc, r.dest, r.ctx->h.len, &p);
+      void* req = ucp_am_recv_data_nbx(worker_, r.desc, r.ctx->dst, r.ctx->h.len, &p);
       if (req == nullptr) {
         r.ctx->conn->sink_->frame_end(r.ctx->conn.get(), r.ctx->h);
         rndv_done(r.ctx->conn);
