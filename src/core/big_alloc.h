@@ -15,6 +15,10 @@
 
 #include "core/affinity.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace sparrow {
 
 template <class T>
@@ -29,6 +33,14 @@ struct BigAlloc {
     if (bytes < kMmapFrom) return static_cast<T*>(::operator new(bytes));
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+#if defined(__SANITIZE_ADDRESS__)
+    // Fresh pages are addressable, whatever AddressSanitizer's shadow still says of the range. glibc
+    // unmaps thread stacks without the sanitizer hearing of it (in a forked child, the stacks of its
+    // parent's threads, which the child does not have), so an mmap at such an address can inherit
+    // their poisoned frames: a forked test rank's receive into its dense staging was reported once in
+    // a stack, and ASan failed describing it.
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+#endif
 #ifdef MADV_HUGEPAGE
     ::madvise(p, bytes, MADV_HUGEPAGE);
 #endif
