@@ -20,7 +20,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/secret.h"
 #include "collectives/bcast.h"
-#include "collectives/elastic.h"
+#include "collectives/elastic/elastic.h"
 #include "format/checkpoint.h"
 #include "comm/comm.h"
 #include "kernels/device.h"

@@ -1,5 +1,6 @@
 #include "collectives/ack_window.h"
 
+#include "collectives/resync.h"
 #include "collectives/root_watch.h"
 #include "core/log.h"
 
@@ -18,14 +19,7 @@ std::vector<int> AckWindow::missing(uint64_t seq) const {
 Status AckWindow::take(const std::vector<uint8_t>& bytes, int rank, uint64_t seq, const BufferKey& key) {
   SPARROW_ASSIGN_OR_RETURN(Ack a, Ack::decode(bytes, "rank " + std::to_string(rank)));
   if (a.resync && on_resync_) on_resync_(key, rank, a.holds);
-  if (a.status.ok() || a.status.code() == Code::kVersionMismatch) return Status::Ok();  // resynced next time
-  if (a.resync) {  // it failed there (a timeout, a lost parent) and is brought up to date next time
-    SPARROW_WARN("rank %d failed operation %llu (%s); it holds version %llu and is resynchronised at the next one",
-                 rank, (unsigned long long)seq, a.status.message().c_str(), (unsigned long long)a.holds);
-    return Status::Ok();
-  }
-  return Status(a.status.code(), "rank " + std::to_string(rank) + " failed operation " + std::to_string(seq) + ": " +
-                                     a.status.message());
+  return read_ack(a, rank, seq);
 }
 
 bool AckWindow::drain_one(const OpWire& w, int me, Pending& p, bool block, Status* first) {

@@ -20,7 +20,7 @@ Status no_stage_pending(Engine& e) {
 
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root,
                               const std::vector<int>* participants) {
-  e.dense_staging.clear();  // a run of dense broadcasts (a first version) is over
+  e.elastic.dense_staging.clear();  // a run of dense broadcasts (a first version) is over
   SparseOp op;
   op.seq = e.comm.next_seq();
   e.comm.net().begin_traffic(op.seq, op.seq);

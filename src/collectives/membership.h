@@ -13,7 +13,6 @@
 #include <memory>
 #include <string>
 
-#include "collectives/elastic.h"
 #include "collectives/fanout.h"
 #include "collectives/op.h"
 #include "collectives/protocol.h"

@@ -171,4 +171,10 @@ Status recv_verdict(const OpWire& w, int root);
 // Waits until every request was handed to the transport; the first failure.
 Status wait_all(std::vector<transport::SendRequestPtr>& reqs, transport::Deadline d);
 
+// An operation's header as it came (a relay forwards the frame) and decoded.
+struct ReceivedHeader {
+  Frame frame;
+  OpHeader h;
+};
+
 }  // namespace sparrow::coll

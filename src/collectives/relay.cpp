@@ -9,7 +9,23 @@
 
 namespace sparrow::coll {
 
+namespace {
+// A fixed communicator's: nobody replaces a parent.
+class NoFailover final : public Failover {
+ public:
+  explicit NoFailover(const OpWire& w) : deadline_(w.deadline) {}
+  transport::Deadline part_deadline(const Upstream&) const override { return deadline_; }
+  bool held(const Upstream&, const Status&) override { return false; }
+  void part_came(const Upstream&) override {}
+  int replace(const Upstream&, uint32_t, const Status&) override { return -1; }
+  double brief_s() const override { return 0; }
 
+ private:
+  transport::Deadline deadline_;
+};
+}  // namespace
+
+std::unique_ptr<Failover> no_failover(const OpWire& w) { return std::make_unique<NoFailover>(w); }
 
 Status Relay::pass_down(uint32_t sub, Status why) {
   if (!out_.children().empty()) {
@@ -20,51 +36,18 @@ Status Relay::pass_down(uint32_t sub, Status why) {
   return why;
 }
 
-void Relay::attach_elastic(int parent, std::vector<int> children, int root, double lease_s, double patience_s,
-                           int adopter, std::vector<int> adoptable) {
+void Relay::attach(int parent, std::vector<int> children, std::unique_ptr<Failover> failover, std::vector<int> adoptable) {
   parent_ = parent;
   out_.set_children(std::move(children));
-  root_ = root;
-  lease_s_ = lease_s;
-  patience_s_ = patience_s;
-  adopter_ = adopter;
+  failover_ = std::move(failover);
   adoptable_ = std::move(adoptable);
 }
 
-double Relay::adopt_wait_s() const { return std::min(0.5, patience_s_ / 2); }
-
 void Relay::preconnect(transport::Deadline d) {
   out_.preconnect(d);
-  const auto brief = std::min(d, transport::deadline_in(adopt_wait_s()));
+  const auto brief = std::min(d, transport::deadline_in(failover_->brief_s()));
   for (int r : adoptable_)
     if (r > w_.net.rank()) (void)w_.net.connect(r, brief);
-}
-
-bool Relay::ask_adopter(uint32_t sub, const Status& why) {
-  const int a = adopter_;
-  adopter_ = -1;  // asked once
-  if (root_ < 0 || a < 0 || parent_ == root_ || parent_ == a || reattached_) return false;
-  hold_children();  // (before the wait: the children's patience is shorter than the asking)
-  const auto by = transport::deadline_in(adopt_wait_s());
-  const Frame rq = share(reattach_request(sub));
-  auto asked = w_.net.send(a, w_.key(kAdoptSub), transport::Payload{rq->data(), rq->size(), rq}, by);
-  if (!asked.ok()) {
-    SPARROW_INFO("rank %d: could not ask rank %d, of its region, to adopt it in operation %llu (%s); asking the root",
-                 w_.net.rank(), a, (unsigned long long)w_.seq, asked.status().message().c_str());
-    return false;
-  }
-  auto yes = w_.recv(a, kAdoptSub, by);
-  if (!yes.ok()) {
-    SPARROW_INFO("rank %d: rank %d, of its region, did not adopt it in operation %llu within %.0f ms (it has "
-                 "finished its part, or is stalled too); asking the root", w_.net.rank(), a,
-                 (unsigned long long)w_.seq, adopt_wait_s() * 1e3);
-    return false;
-  }
-  SPARROW_INFO("rank %d: parent rank %d failed in operation %llu while part %u was awaited (%s); rank %d, of its "
-               "region, adopted it", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub, why.message().c_str(), a);
-  parent_ = a;
-  holds_taken_ = 0;
-  return true;
 }
 
 void Relay::serve_adoptions() {
@@ -131,6 +114,8 @@ void Relay::forward(uint32_t sub, const transport::Payload& p, const Frame& owne
   if (!adoptable_.empty() && sub != 0) kept_.emplace_back(sub, p);
 }
 
+transport::Deadline Relay::part_deadline() { return failover_->part_deadline(upstream()); }
+
 Result<std::vector<uint8_t>> Relay::recv_serving(uint32_t sub, transport::Deadline d) {
   if (adoptable_.empty()) return w_.recv(parent_, sub, d);
   // The connection first, by `d` as any receive: a poll connects to nobody (a lower rank's connecting
@@ -145,50 +130,6 @@ Result<std::vector<uint8_t>> Relay::recv_serving(uint32_t sub, transport::Deadli
   }
 }
 
-transport::Deadline Relay::part_deadline() const {
-  if (root_ < 0) return w_.deadline;
-  const double patience = got_part_ ? patience_s_ : patience_s_ + lease_s_ / 2;
-  return std::min(w_.deadline, transport::deadline_in(parent_ == root_ ? lease_s_ : patience));
-}
-
-bool Relay::reattach(uint32_t sub, const Status& why) {
-  if (root_ < 0 || parent_ == root_ || reattached_) return false;
-  SPARROW_INFO("rank %d: parent rank %d failed in operation %llu while part %u was awaited (%s); re-attaching to "
-               "the root, rank %d", w_.net.rank(), parent_, (unsigned long long)w_.seq, sub, why.message().c_str(),
-               root_);
-  if (!w_.send({root_}, kReattachSub, share(reattach_request(sub))).ok()) return false;
-  parent_ = root_;
-  reattached_ = true;
-  hold_children();
-  return true;
-}
-
-void Relay::hold_children() {
-  if (out_.children().empty() || holds_sent_ >= kMaxHolds) return;
-  out_.send(kHoldSub + holds_sent_++, share(std::vector<uint8_t>{1}));
-}
-
-bool Relay::take_hold() {
-  if (root_ < 0 || parent_ == root_ || holds_taken_ >= kMaxHolds) return false;
-  if (!w_.recv(parent_, kHoldSub + holds_taken_, transport::Clock::now()).ok()) return false;
-  holds_taken_++;
-  return true;
-}
-
-bool Relay::held(const Status& why) {
-  if (why.code() != Code::kTimeout || !take_hold()) return false;
-  const double wait_s = std::chrono::duration<double>(part_deadline() - transport::Clock::now()).count();
-  SPARROW_INFO("rank %d: parent rank %d is re-attaching in operation %llu (it sent a hold); waiting for it up to "
-               "%.1f s more", w_.net.rank(), parent_, (unsigned long long)w_.seq, wait_s);
-  hold_children();
-  return true;
-}
-
-void Relay::skip_holds() {
-  while (take_hold()) {
-  }
-}
-
 namespace {
 const Status& status_of(const Status& s) { return s; }
 template <class T>
@@ -200,13 +141,15 @@ Status status_of(const Result<T>& r) {
 template <class Get>
 auto Relay::with_failover(uint32_t sub, Get get) -> decltype(get()) {
   auto r = get();
-  while (!r.ok() && held(status_of(r))) r = get();
+  while (!r.ok() && failover_->held(upstream(), status_of(r))) r = get();
   if (r.ok()) {
-    skip_holds();
+    failover_->part_came(upstream());
     return r;
   }
-  if (ask_adopter(sub, status_of(r))) r = get();
-  if (!r.ok() && reattach(sub, status_of(r))) r = get();  // the root sends the rest whole again
+  for (int p; !r.ok() && (p = failover_->replace(upstream(), sub, status_of(r))) >= 0;) {
+    parent_ = p;
+    r = get();  // (the root sends the rest whole again)
+  }
   return r;
 }
 

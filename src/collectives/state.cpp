@@ -43,11 +43,11 @@ Engine::~Engine() {
 }
 
 void Engine::end_lingering() {
-  if (!lingering) return;
+  if (!elastic.lingering) return;
   SPARROW_TRACE("rank %d: the relay of operation %llu stops serving adoptions", rank(),
-                (unsigned long long)lingering->wire().seq);
-  lingering->finish();
-  lingering.reset();
+                (unsigned long long)elastic.lingering->wire().seq);
+  elastic.lingering->finish();
+  elastic.lingering.reset();
 }
 
 namespace {

@@ -14,7 +14,7 @@
 
 #include "collectives/ack_window.h"
 #include "collectives/decoder.h"
-#include "collectives/members.h"
+#include "collectives/elastic/members.h"
 #include "collectives/protocol.h"
 #include "collectives/retain.h"
 #include "comm/comm.h"
@@ -70,6 +70,22 @@ struct Stats {
 // tree are the last operation's.
 void add_op_stats(Stats& sum, const Stats& op);
 
+// What an elastic communicator keeps from one operation to the next besides its members
+// (collectives/elastic/elastic.h); a fixed one leaves it empty.
+struct ElasticRecord {
+  std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
+  uint64_t joined_at = 0;      // a joiner: its first operation (sparrowCommJoin), 0 otherwise
+  // Dense broadcasts: the host staging of a receiver, per buffer of the group, kept from one call to
+  // the next (its pages are faulted in once) and freed by the next sparse operation.
+  std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> dense_staging;
+  // Sparse broadcasts: the relay of this rank's last operation, when ranks of its region below
+  // it may still ask it to adopt them (their parent failed) after this rank's call returned: it serves
+  // them from the frames it kept, on its own thread, until the next operation's header came (the
+  // root starts it only once every member acknowledged the last or was dropped), a dense call, the
+  // operation's deadline, or the communicator's end (end_lingering()).
+  std::unique_ptr<Relay> lingering;
+};
+
 class Engine {
  public:
   explicit Engine(Comm& c);
@@ -82,26 +98,16 @@ class Engine {
   std::map<BufferKey, RecvState> recvs;
   AckWindow acks;
   Members members;  // elastic communicators: who is still in (all ranks otherwise)
-  std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
-  uint64_t joined_at = 0;      // a joiner: its first operation (sparrowCommJoin), 0 otherwise
-  // Elastic dense broadcasts: the host staging of a receiver, per buffer of the group, kept from one
-  // call to the next (its pages are faulted in once) and freed by the next sparse operation.
-  std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> dense_staging;
   DecodeWorker decoder;
   // The staged step (sparrowSparseBcastStage) until sparrowStageCommit; at most one at a time.
   // (Declared after the decoder: destroyed first, since its receive uses it.)
   std::shared_ptr<StagedOp> staged;
   Stats stats;
-  // Elastic sparse broadcasts: the relay of this rank's last operation, when ranks of its region below
-  // it may still ask it to adopt them (their parent failed) after this rank's call returned: it serves
-  // them from the frames it kept, on its own thread, until the next operation's header came (the
-  // root starts it only once every member acknowledged the last or was dropped), a dense call, the
-  // operation's deadline, or the communicator's end (end_lingering()).
-  std::unique_ptr<Relay> lingering;
+  ElasticRecord elastic;  // (elastic communicators only)
   std::atomic<int> in_call{0};  // a collective is running (sparrowCommGetProgress, from any thread)
 
   int rank() const { return comm.rank(); }
-  // Stops the lingering relay (waits until what it sent to the ranks it adopted was handed to the
+  // Stops elastic.lingering (waits until what it sent to the ranks it adopted was handed to the
   // transport).
   void end_lingering();
   // The wire of operation `seq`, its waits bounded by one SPARROW_TIMEOUT_S from now.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/elastic/elastic.h"
 #include "core/params.h"
 #include "harness/net_harness.h"
 #include "harness/util.h"
@@ -18,6 +19,14 @@ namespace sparrow::coll {
 namespace {
 
 OpWire wire_of(transport::Net& n, double timeout_s = 10) { return OpWire{n, 42, 3, transport::deadline_in(timeout_s)}; }
+
+// `r` placed as an elastic receiver: parent and children, its failover (re-attaching to `root`, with
+// this lease and patience, asking `adopter` first) and the ranks it may adopt.
+void attach_elastic(Relay& r, int parent, std::vector<int> children, int root, double lease_s, double patience_s,
+                    int adopter = -1, std::vector<int> adoptable = {}) {
+  r.attach(parent, std::move(children), elastic::failover(r.wire(), root, lease_s, patience_s, adopter),
+           std::move(adoptable));
+}
 
 std::vector<Frame> parts(int n) {
   std::vector<Frame> v;
@@ -237,7 +246,7 @@ TEST(Relay, DenseReattachTakesTheRestFromTheRoot) {
   };
   ASSERT_TRUE(wire_of(*nets[1]).send({2}, 1, segment(1)).ok());
   Relay leaf(wire_of(*nets[2], 30), -1, {});
-  leaf.attach_elastic(1, {}, 0, 10.0, 5.0);
+  attach_elastic(leaf, 1, {}, 0, 10.0, 5.0);
   std::vector<uint8_t> got(data.size());
   ASSERT_TRUE(leaf.next_into(1, got.data(), 5000).ok());
   nets[1].reset();
@@ -269,9 +278,9 @@ TEST(Relay, ChildOfARankThatReattachesHoldsOnInsteadOfReattachingToo) {
   const auto sent = parts(3);
   ASSERT_TRUE(wire_of(*nets[1]).send({2}, 1, sent[1]).ok());
   Relay mid(wire_of(*nets[2], 30), -1, {});
-  mid.attach_elastic(1, {3}, 0, 3.0, 1.0);
+  attach_elastic(mid, 1, {3}, 0, 3.0, 1.0);
   Relay leaf(wire_of(*nets[3], 30), -1, {});
-  leaf.attach_elastic(2, {}, 0, 3.0, 2.0);
+  attach_elastic(leaf, 2, {}, 0, 3.0, 2.0);
   ASSERT_TRUE(mid.next(1).ok());
   transport::LoopbackFaults wan;
   wan.delay_us = 1500000;
@@ -337,9 +346,9 @@ TEST(Relay, OrphanIsAdoptedByTheRankAboveItsParentInsteadOfReattachingToTheRoot)
   ASSERT_EQ(nets.size(), 4u);
   const auto sent = parts(5);
   Relay mid(wire_of(*nets[1], 30), -1, {});
-  mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
+  attach_elastic(mid, 0, {2}, 0, 3.0, 1.0, -1, {3});
   Relay leaf(wire_of(*nets[3], 30), -1, {});
-  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  attach_elastic(leaf, 2, {}, 0, 3.0, 0.6, 1, {});
   GatedRoot root(*nets[0], sent);
   std::thread mid_rank([&] {
     mid.preconnect(transport::deadline_in(10));  // (to rank 3 as well: the lower rank connects)
@@ -369,9 +378,9 @@ TEST(Relay, OrphanOfADenseBroadcastIsAdoptedByTheRankAboveItsParent) {
     whole.insert(whole.end(), sent[sub]->begin(), sent[sub]->end());
   }
   Relay mid(wire_of(*nets[1], 30), -1, {});
-  mid.attach_elastic(0, {2}, 0, 3.0, 1.0, -1, {3});
+  attach_elastic(mid, 0, {2}, 0, 3.0, 1.0, -1, {3});
   Relay leaf(wire_of(*nets[3], 30), -1, {});
-  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  attach_elastic(leaf, 2, {}, 0, 3.0, 0.6, 1, {});
   GatedRoot root(*nets[0], sent);
   std::vector<uint8_t> at_mid(whole.size()), at_leaf(whole.size());
   std::thread mid_rank([&] {
@@ -405,7 +414,7 @@ TEST(Relay, OrphanWhoseAdopterDoesNotAnswerReattachesToTheRoot) {
   ASSERT_TRUE(nets[1]->connect(3, transport::deadline_in(10)).ok());  // as rank 1's preconnect did
   ASSERT_TRUE(nets[0]->connect(3, transport::deadline_in(10)).ok());
   Relay leaf(wire_of(*nets[3], 30), -1, {});
-  leaf.attach_elastic(2, {}, 0, 3.0, 0.6, 1, {});
+  attach_elastic(leaf, 2, {}, 0, 3.0, 0.6, 1, {});
   std::thread root([&] {  // serves rank 3's re-attach request
     auto rq = wire_of(*nets[0]).recv(3, kReattachSub);
     ASSERT_TRUE(rq.ok()) << rq.status().to_string();
@@ -427,7 +436,7 @@ TEST(Relay, RankThatMayAdoptConnectsToAHigherParentItHasNoConnectionTo) {
   ASSERT_EQ(nets.size(), 4u);
   const auto sent = parts(3);
   Relay mid(wire_of(*nets[1], 10), -1, {});
-  mid.attach_elastic(3, {}, 0, 3.0, 1.0, -1, {2});
+  attach_elastic(mid, 3, {}, 0, 3.0, 1.0, -1, {2});
   std::thread parent([&] {
     for (uint32_t sub = 1; sub < sent.size(); ++sub) ASSERT_TRUE(wire_of(*nets[3]).send({1}, sub, sent[sub]).ok());
   });

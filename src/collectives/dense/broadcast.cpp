@@ -132,7 +132,7 @@ void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vect
 
 Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
   SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
-  e.end_lingering();  // the last sparse operation's relay (Engine::lingering)
+  e.end_lingering();  // the last sparse operation's relay (Engine::elastic.lingering)
   InCall busy(e);
   const double t0 = now_s();
   std::vector<DenseOp> ops;

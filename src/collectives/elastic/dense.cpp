@@ -3,11 +3,11 @@
 // segments numbered across the buffers), whose header the root sends every rank itself; a rank whose
 // parent fails is adopted by a rank of its region above it, or re-attaches to the root, and takes the
 // segments from the one it waited for on; a member silent past the lease is dropped, and the others
-// succeed; a process that asked to join is admitted (collectives/elastic.h). A receiver's segments
+// succeed; a process that asked to join is admitted (collectives/elastic/elastic.h). A receiver's segments
 // land in host staging and reach its buffers only once the verdict says every member agreed.
 #include "collectives/bcast.h"
 #include "collectives/dense/segments.h"
-#include "collectives/elastic.h"
+#include "collectives/elastic/elastic.h"
 #include "collectives/membership.h"
 #include "core/log.h"
 #include "kernels/device.h"
@@ -70,11 +70,11 @@ Status group_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, Dense
   // buffers are written only once the root's verdict said every member agreed. A failed call (the
   // root died, this rank was dropped meanwhile) leaves them as they were.
   const size_t seg = h.segment ? h.segment : segment_bytes();
-  auto& staging = e.dense_staging;
+  auto& staging = e.elastic.dense_staging;
   staging.resize(h.bufs.size());
   Status got;
   for (size_t k = 0, sub = 1; k < h.bufs.size() && got.ok(); ++k) {
-    if (staging[k].capacity() < bytes_of(h.bufs[k])) decltype(e.dense_staging)::value_type().swap(staging[k]);
+    if (staging[k].capacity() < bytes_of(h.bufs[k])) decltype(e.elastic.dense_staging)::value_type().swap(staging[k]);
     staging[k].resize(bytes_of(h.bufs[k]));  // (growing a vector would copy what it held)
     got = receive_segments(relay, staging[k].data(), staging[k].size(), seg, uint32_t(sub));
     sub += segments(staging[k].size(), seg);

@@ -4,11 +4,11 @@
 // stream's parts are kept for a rank that re-attaches mid-stream; a joiner declares what its buffers
 // hold and may catch up from a retained version; a rank due a full snapshot outside the root's region
 // gets it from a member of its own; a member that cannot take its resync is dropped; the operation
-// ends once every member acknowledged or was dropped (collectives/elastic.h).
+// ends once every member acknowledged or was dropped (collectives/elastic/elastic.h).
 #include <algorithm>
 #include <optional>
 
-#include "collectives/elastic.h"
+#include "collectives/elastic/elastic.h"
 #include "collectives/membership.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -148,8 +148,9 @@ class ElasticReceiver final : public ReceiverMembership {
 void attach(Engine& e, Relay& relay, const topology::Tree& t, int root) {
   const int me = e.rank();
   const double lease = e.comm.lease_s();
-  relay.attach_elastic(t.parent[me], t.children[me], root, lease, reattach_patience(t, me, lease), adopter_for(t, me),
-                       adoptable_by(t, me));
+  relay.attach(t.parent[me], t.children[me],
+               failover(relay.wire(), root, lease, reattach_patience(t, me, lease), adopter_for(t, me)),
+               adoptable_by(t, me));
   relay.preconnect(transport::deadline_in(lease));
 }
 

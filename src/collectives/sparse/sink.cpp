@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "collectives/resync.h"
 #include "core/log.h"
 #include "core/bits.h"
 #include "format/checkpoint.h"
@@ -62,7 +63,7 @@ SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const S
 
 SparseSink::~SparseSink() {
   e_.end_lingering();  // (when the header never came)
-  if (lingers_ && committed_) e_.lingering = std::move(relay_);
+  if (lingers_ && committed_) e_.elastic.lingering = std::move(relay_);
   else if (lingers_) relay_->finish();
 }
 
@@ -116,7 +117,7 @@ Phase SparseSink::on_header() {
   }
   for (auto& b : bufs_) dst_.push_back(b.recv);
   if (result_.ok() && !in_.resync) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
-  if (in_.resync && seeder_ < 0 && e_.joined_at == op_.seq) declare_holdings();
+  if (in_.resync && seeder_ < 0 && e_.elastic.joined_at == op_.seq) declare_holdings();
   return Phase::kStream;
 }
 
@@ -262,26 +263,15 @@ Status SparseSink::catch_up(const Frame& chain) {
 }
 
 Phase SparseSink::on_ack() {
-  uint64_t holds = 0;  // what a catch-up may start from (0: a full snapshot)
-  if (!result_.ok() && in_.resync) {
-    need_resync_ = true;  // the resync itself failed: a full snapshot next time
-  } else if (!result_.ok() && result_.code() != Code::kVersionMismatch && result_.code() != Code::kInvalidUsage) {
-    // It failed here (a timeout, a lost parent, corrupt data) and holds its last version, untouched:
-    // the next operation brings it the deltas it missed (the root reports no error for it).
-    need_resync_ = true;
-    holds = rv_->st.version;
-  } else if (result_.code() == Code::kVersionMismatch) {
-    // Behind (it holds an older version, untouched): the deltas it missed will do. Written to since
-    // its last step: only a full snapshot.
-    need_resync_ = true;
-    const bool behind = sess_ && sess_->base_version() != rv_->st.version;
-    if (behind) holds = rv_->st.version;
+  const bool behind = sess_ && sess_->base_version() != rv_->st.version;
+  const Ack ack = ack_for(result_, in_.resync, behind, rv_->st.version);
+  need_resync_ = need_resync_ || ack.resync;
+  if (result_.code() == Code::kVersionMismatch)
     result_.context("rank " + std::to_string(e_.rank()) + " refused this step: its buffers are as they were, and "
-                    "its next call on them brings " + (behind ? "the steps it missed" : "a full snapshot") +
+                    "its next call on them brings " + (ack.holds ? "the steps it missed" : "a full snapshot") +
                     " from rank " + std::to_string(root_));
-  }
   members_->acknowledging();
-  Status s = relay_->wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, holds}.encode()));
+  Status s = relay_->wire().send({root_}, kAckSub, share(Ack{result_, need_resync_, ack.holds}.encode()));
   if (!s.ok()) {
     fatal_ = std::move(s);
     return Phase::kDone;

@@ -1,13 +1,17 @@
-// The elastic parts of a sparse operation (sparrowConfig_t.elastic).
-//
-// Root: the op header goes straight to every rank (it lists the members, so each builds the same
-// tree over them; a dropped rank still running learns it is out). After the stream the root waits
-// for every member's acknowledgement, at most the lease after it last heard from that member, and
-// meanwhile serves re-attach requests: a rank whose parent died or went silent gets the rest of the
-// operation from the root, from the part it waited for on (the root keeps the operation's parts until
-// its call returns). A member whose connection fails, or that stays silent past the lease, is dropped.
-//
-// Receiver: Relay re-attaches (relay.h); the header comes from the root.
+// SPDX-License-Identifier: Apache-2.0
+// Elastic membership (sparrowConfig_t.elastic), the parts that the membership seam
+// (collectives/membership.h), a relay's failover (collectives/failover.h) and the elastic dense
+// broadcast (dense.cpp) are built from. By role:
+//   members.h      who is still in (the root decides, every header lists them);
+//   leases.cpp     the header straight to every member; each member's acknowledgement awaited at most
+//                  the lease after the root last heard from it (heartbeats renew it), re-attach
+//                  requests served meanwhile from the operation's parts; a member that fails or falls
+//                  silent is dropped;
+//   admission.cpp  joiners admitted into free slots at an operation's start, free slots published;
+//   failover.cpp   a receiver's patience, its adopter in its region, and the failover ladder (holds,
+//                  the adopter, then the root);
+//   membership.cpp the seam's elastic implementation for sparse operations (seeds from region peers,
+//                  joiners' declared versions).
 #pragma once
 
 #include <condition_variable>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/failover.h"
 #include "collectives/fanout.h"
 #include "collectives/state.h"
 
@@ -61,6 +66,14 @@ double reattach_patience(const topology::Tree& t, int me, double lease_s);
 int adopter_for(const topology::Tree& t, int me);
 // The ranks for which `me` is adopter_for (they may ask it to adopt them).
 std::vector<int> adoptable_by(const topology::Tree& t, int me);
+namespace elastic {
+// The failover of a relay in operation `w` (collectives/failover.h): re-attaching to `root`, which
+// is awaited at most `lease_s` per part and any other parent `patience_s` (reattach_patience);
+// `adopter` (-1: none) is asked first when the parent fails, before the root: a rank of this rank's
+// region above the parent, which holds the parts (adopter_for). It answers at once if it is still
+// receiving the operation; otherwise this rank re-attaches to the root after a short wait.
+std::unique_ptr<Failover> failover(const OpWire& w, int root, double lease_s, double patience_s, int adopter = -1);
+}  // namespace elastic
 // An elastic receiver's heartbeats to the root while it is inside an operation: every quarter
 // lease, from a thread of its own, whatever the operation is waiting for (a parent that is slow to
 // fill the pipeline, the root's shared uplink), so that the root drops a member that stopped or
@@ -84,12 +97,6 @@ class Heartbeat {
 
 // The root's header of an elastic operation names the live members and where rejoined ones are now.
 void stamp_elastic(const Engine& e, OpHeader& h, const std::vector<int>& members);
-
-// An operation's header as it came (a relay forwards the frame) and decoded.
-struct ReceivedHeader {
-  Frame frame;
-  OpHeader h;
-};
 
 // A receiver's first step in an elastic operation: the header, straight from the root. Applies its
 // membership; kPeerLost (and `*dropped`) when it says this rank is out.

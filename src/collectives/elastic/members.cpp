@@ -1,4 +1,4 @@
-#include "collectives/members.h"
+#include "collectives/elastic/members.h"
 
 #include <algorithm>
 
