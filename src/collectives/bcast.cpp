@@ -1,9 +1,11 @@
 // The collectives' entry points: argument checks shared by every call, the choice of role (root or
-// sink), and staging. The roles live in dense/ and sparse/.
+// sink), the dense protocol (a fixed or an elastic communicator's), and staging. The roles live in
+// dense/, elastic/ and sparse/.
 #include "collectives/bcast.h"
 
 #include <algorithm>
 
+#include "collectives/dense/segments.h"
 #include "collectives/membership.h"
 #include "collectives/sparse/sparse_op.h"
 #include "collectives/sparse/stage.h"
@@ -16,6 +18,19 @@ Status no_stage_pending(Engine& e) {
     return Error(Code::kInvalidUsage, "a staged sparse broadcast is pending on this communicator: call "
                                       "sparrowStageCommit before the next collective");
   return Status::Ok();
+}
+
+Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
+  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
+  e.end_lingering();  // the last sparse operation's relay (Engine::elastic.lingering)
+  InCall busy(e);
+  const double t0 = now_s();
+  std::vector<dense::DenseOp> ops;
+  // Two protocols: all or nothing over the live members (staging, verdict) where members come and
+  // go, in place along the tree where they do not.
+  Status result = e.comm.elastic() ? elastic::dense_broadcast(e, bufs, root, ops) : dense::broadcast(e, bufs, root, ops);
+  dense::record(e, bufs, ops, root, t0);  // also for a failed call: what it moved, and its tree
+  return result;
 }
 
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root,

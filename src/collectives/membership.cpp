@@ -71,6 +71,8 @@ class FixedReceiver final : public ReceiverMembership {
     return ReceivedHeader{std::move(f), std::move(h)};
   }
   bool lingers(Relay&) const override { return false; }
+  void linger(std::unique_ptr<Relay> relay) override { relay->finish(); }
+  bool declares_holdings(const SparseOp&) const override { return false; }
 
  private:
   Engine& e_;

@@ -71,6 +71,11 @@ class ReceiverMembership {
   virtual Result<ReceivedHeader> header(Relay& relay, SparseOp& op, int root, bool* dropped) = 0;
   // Whether the relay goes on serving adoptions after the call returned (its operation succeeded).
   virtual bool lingers(Relay& relay) const = 0;
+  // Takes a relay that lingers (flushed; its operation committed), until the next operation.
+  virtual void linger(std::unique_ptr<Relay> relay) = 0;
+  // Whether this rank, due a resync in `op`, declares the versions its buffers hold (a joiner's first
+  // operation: it may catch up from a retained version instead of a full snapshot).
+  virtual bool declares_holdings(const SparseOp& op) const = 0;
 };
 
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);

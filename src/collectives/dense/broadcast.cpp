@@ -1,8 +1,8 @@
 // Dense broadcast (sparrowBroadcast): each buffer is its own operation, pipelined in segments along
 // its tree (a relay forwards each segment as it lands in its own buffer). All the data of a group
 // goes first; then one round of acknowledgements and verdicts for all of it, so a group of N
-// broadcasts pays one round trip, not N. An elastic communicator's is one operation per group over
-// its members, with failover and joiners (elastic/dense.cpp).
+// broadcasts pays one round trip, not N. (An elastic communicator's is elastic/dense.cpp: one
+// operation per group over its members, landing in staging, with failover, joiners and a verdict.)
 #include <algorithm>
 #include <memory>
 
@@ -106,47 +106,15 @@ Status dense_sink(Engine& e, const std::vector<BufferArg>& bufs, int root, std::
   return result;
 }
 
-// What the call moved and its tree (the first operation's), also for a failed call.
-void record_dense(Engine& e, const std::vector<BufferArg>& bufs, const std::vector<DenseOp>& ops, int root, double t0) {
-  const int me = e.rank();
-  const bool placed = !ops.empty() && ops[0].tree.parent.size() > size_t(me);
-  record_traffic(e, me == root || !placed ? -1 : ops[0].tree.parent[me],
-                 placed ? ops[0].tree.children[me] : std::vector<int>{});
-  auto& st = e.stats;
-  st.ops++;
-  st.dense_bytes = st.changed = 0;
-  for (auto& b : bufs) {
-    st.dense_bytes += bytes_of(b);
-    st.changed += b.count;
-  }
-  st.wire_bytes = st.dense_bytes;
-  st.elements = st.changed;
-  st.density = 1.0;
-  st.encode_s = st.apply_s = 0;
-  st.total_s = now_s() - t0;
-  st.full = true;
-  log_step(e, "broadcast");
-}
-
 }  // namespace
 
-Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root) {
-  SPARROW_RETURN_IF_ERROR(no_stage_pending(e));
-  e.end_lingering();  // the last sparse operation's relay (Engine::elastic.lingering)
-  InCall busy(e);
-  const double t0 = now_s();
-  std::vector<DenseOp> ops;
-  Status result;
-  if (e.comm.elastic()) {
-    result = elastic::dense_broadcast(e, bufs, root, ops);
-  } else {
-    auto planned = plan(e, bufs, root);
-    if (!planned.ok()) return planned.status();
-    ops = std::move(planned.value());
-    result = e.rank() == root ? dense_root(e, bufs, root, ops) : dense_sink(e, bufs, root, ops);
-  }
-  record_dense(e, bufs, ops, root, t0);  // also for a failed call: what it moved, and its tree
-  return result;
+namespace dense {
+
+Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root, std::vector<DenseOp>& ops) {
+  SPARROW_ASSIGN_OR_RETURN(ops, plan(e, bufs, root));
+  return e.rank() == root ? dense_root(e, bufs, root, ops) : dense_sink(e, bufs, root, ops);
 }
+
+}  // namespace dense
 
 }  // namespace sparrow::coll

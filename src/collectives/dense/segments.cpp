@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/clock.h"
 #include "core/params.h"
 #include "kernels/device.h"
 
@@ -64,5 +65,25 @@ Status copy_to_recv(const BufferArg& b, const uint8_t* src) {
   return kernels::copy_any(b.recv, src, bytes_of(b));
 }
 
+void record(Engine& e, const std::vector<BufferArg>& bufs, const std::vector<DenseOp>& ops, int root, double t0) {
+  const int me = e.rank();
+  const bool placed = !ops.empty() && ops[0].tree.parent.size() > size_t(me);
+  record_traffic(e, me == root || !placed ? -1 : ops[0].tree.parent[me],
+                 placed ? ops[0].tree.children[me] : std::vector<int>{});
+  auto& st = e.stats;
+  st.ops++;
+  st.dense_bytes = st.changed = 0;
+  for (auto& b : bufs) {
+    st.dense_bytes += bytes_of(b);
+    st.changed += b.count;
+  }
+  st.wire_bytes = st.dense_bytes;
+  st.elements = st.changed;
+  st.density = 1.0;
+  st.encode_s = st.apply_s = 0;
+  st.total_s = now_s() - t0;
+  st.full = true;
+  log_step(e, "broadcast");
+}
 
 }  // namespace sparrow::coll::dense

@@ -42,6 +42,12 @@ Status receive_segments(Relay& relay, uint8_t* dst, size_t bytes, size_t seg, ui
 // The root's own receive buffer gets the data too (when it is not the send buffer).
 Status copy_to_recv(const BufferArg& b, const uint8_t* src);
 
+// A fixed communicator's broadcast: one operation per buffer (dense/broadcast.cpp); `ops` gets them.
+Status broadcast(Engine& e, const std::vector<BufferArg>& bufs, int root, std::vector<DenseOp>& ops);
+// What a dense call moved and its tree (the first operation's) into the engine's stats, also for a
+// failed call.
+void record(Engine& e, const std::vector<BufferArg>& bufs, const std::vector<DenseOp>& ops, int root, double t0);
+
 }  // namespace sparrow::coll::dense
 
 namespace sparrow::coll::elastic {

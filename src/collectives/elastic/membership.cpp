@@ -137,6 +137,8 @@ class ElasticReceiver final : public ReceiverMembership {
   }
 
   bool lingers(Relay& relay) const override { return relay.may_adopt(); }
+  void linger(std::unique_ptr<Relay> relay) override { e_.elastic.lingering = std::move(relay); }
+  bool declares_holdings(const SparseOp& op) const override { return e_.elastic.joined_at == op.seq; }
 
  private:
   Engine& e_;

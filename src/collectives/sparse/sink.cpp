@@ -63,7 +63,7 @@ SparseSink::SparseSink(Engine& e, std::vector<BufferArg> bufs, int root, const S
 
 SparseSink::~SparseSink() {
   e_.end_lingering();  // (when the header never came)
-  if (lingers_ && committed_) e_.elastic.lingering = std::move(relay_);
+  if (lingers_ && committed_) members_->linger(std::move(relay_));
   else if (lingers_) relay_->finish();
 }
 
@@ -117,7 +117,7 @@ Phase SparseSink::on_header() {
   }
   for (auto& b : bufs_) dst_.push_back(b.recv);
   if (result_.ok() && !in_.resync) sess_.emplace(dst_, op_.layout, rv_->st, aopt_);
-  if (in_.resync && seeder_ < 0 && e_.elastic.joined_at == op_.seq) declare_holdings();
+  if (in_.resync && seeder_ < 0 && members_->declares_holdings(op_)) declare_holdings();
   return Phase::kStream;
 }
 

@@ -68,7 +68,7 @@ class SparseSink {
   int root_;
   SparseOp op_;  // an elastic receiver fills in the members and the tree from the header
   std::unique_ptr<ReceiverMembership> members_;
-  std::unique_ptr<Relay> relay_;  // (moved to Engine::elastic.lingering by the destructor)
+  std::unique_ptr<Relay> relay_;  // (handed to the membership by the destructor when it lingers)
   OpState state_;
   double t0_;
   RecvState* rv_ = nullptr;
