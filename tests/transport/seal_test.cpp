@@ -384,6 +384,7 @@ Outcome through_ucx(const std::string& mode, size_t bytes, UcxTamper tamper, Wir
   EXPECT_TRUE(params::set_override("ENCRYPT", mode).ok());
   std::atomic<size_t> index{0};
   set_ucx_wire_hook([&](uint8_t* h, size_t hl, uint8_t* d, size_t l) {
+    if (hl == 0) return;  // the goodbye that closes the connection (not a frame)
     const size_t i = index++;
     if (tamper) tamper(i, h, hl, d, l);
     if (!wire) return;
@@ -486,6 +487,36 @@ TEST(SealedUcx, AFrameReplayedInPlaceOfTheNextIsRefused) {
     expect_refused_from(through_ucx("on", bytes, replay), 2, bytes);
   }
 }
+// The goodbye that closes a connection is sealed as its frames are: the orderly close reads as the
+// peer closing (kPeerLost); a goodbye altered on the way (or one an attacker made up) is an
+// authentication failure naming the peer, not an orderly close. Unsealed, it is the one plain byte.
+TEST(SealedUcx, TheGoodbyeIsSealedAndAnAlteredOneIsRefused) {
+  if (!seal::available() || !have_ucx()) GTEST_SKIP() << "needs OpenSSL and UCX";
+  for (const char* mode : {"on", "integrity", "off"})
+    for (bool alter : {false, true}) {
+      SCOPED_TRACE(std::string(mode) + (alter ? ", altered" : ", as sent"));
+      ASSERT_TRUE(params::set_override("ENCRYPT", mode).ok());
+      std::atomic<size_t> bye_len{0};
+      set_ucx_wire_hook([&](uint8_t*, size_t hl, uint8_t* d, size_t l) {
+        if (hl != 0) return;
+        bye_len = l;
+        if (alter) d[0] ^= 1;
+      });
+      auto nets = test::make_nets("ucx", 2, 1);
+      const auto first = send_and_receive(nets, {pattern(0)});
+      ASSERT_TRUE(first[0].ok()) << first[0].status().to_string();
+      nets[0].reset();  // closes its connection: the goodbye
+      auto next = nets[1]->recv(0, MsgKey{42, 1, 0}, test::soon(10));
+      set_ucx_wire_hook(nullptr);
+      params::clear_overrides();
+      ASSERT_FALSE(next.ok());
+      EXPECT_EQ(bye_len.load(), std::string(mode) == "off" ? 1u : 1u + seal::kTagBytes);
+      const bool refused = alter && std::string(mode) != "off";
+      EXPECT_EQ(next.status().code(), refused ? Code::kAuthError : Code::kPeerLost) << next.status().to_string();
+      if (refused) EXPECT_NE(next.status().message().find("goodbye"), std::string::npos) << next.status().to_string();
+    }
+}
+
 #endif  // SPARROW_HAVE_UCX
 
 }  // namespace

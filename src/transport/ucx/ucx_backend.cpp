@@ -174,6 +174,11 @@ class UcxBackend : public Backend {
   // Ends a connection that broke the protocol or failed a tag (the peer named), and drops it.
   ucs_status_t refuse(const UcxConnPtr& c, const Status& why);
   void send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data, size_t n);
+  // The goodbye that closes a connection: sealed as its next record when its frames are, so that
+  // one nobody sealed (forged, or altered on the way) is refused like any frame, not taken for the
+  // peer's orderly close.
+  void send_bye(const UcxConnPtr& c);
+  ucs_status_t on_bye(const UcxConnPtr& c, const void* data, size_t len);
   void on_conn_request(ucp_conn_request_h req);
   ucs_status_t on_am(unsigned id, const void* header, size_t hlen, void* data, size_t len, const ucp_am_recv_param_t* p);
   // Graceful close flushes what was sent (a goodbye); force is for endpoints that already failed.
@@ -515,6 +520,34 @@ void UcxBackend::send_auth(const UcxConnPtr& c, unsigned id, const uint8_t* data
   do_send(s, id, nullptr, 0);
 }
 
+constexpr uint8_t kByeByte = 0x42;
+
+void UcxBackend::send_bye(const UcxConnPtr& c) {
+  uint8_t m[1 + seal::kTagBytes] = {kByeByte};
+  const size_t n = c->tx_ ? sizeof m : 1;
+  if (c->tx_ && !c->tx_->seal(m, 1, m, m + 1).ok()) return;  // (none: the peer sees the connection end)
+  if (g_hooked.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lk(g_hook_mu);
+    if (g_hook) g_hook(nullptr, 0, m, n);
+  }
+  send_auth(c, kAmBye, m, n);
+}
+
+ucs_status_t UcxBackend::on_bye(const UcxConnPtr& c, const void* data, size_t len) {
+  if (c->rx_) {
+    uint8_t m[1 + seal::kTagBytes];
+    if (len != sizeof m) return refuse(c, Error(Code::kAuthError, "an unsealed goodbye from " + c->desc() + " on a sealed connection"));
+    memcpy(m, data, sizeof m);
+    Status s = c->rx_->open(m, 1, m + 1);
+    if (!s.ok() || m[0] != kByeByte)
+      return refuse(c, Error(Code::kAuthError, "a goodbye from " + c->desc() + " failed its tag (forged, or altered on "
+                                               "the way)" + (s.ok() ? std::string() : ": " + s.message())));
+  }
+  fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " closed by the peer"));
+  close_ep(c);
+  return UCS_OK;
+}
+
 // "host:port" of the peer asking to connect ("" when UCX does not say).
 std::string client_address(ucp_conn_request_h req) {
   ucp_conn_request_attr_t a{};
@@ -567,11 +600,7 @@ ucs_status_t UcxBackend::on_am(unsigned id, const void* header, size_t hlen, voi
   const bool rndv = prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
   if (id == kAmFrame) return on_frame(c, header, hlen, data, len, rndv);
   if (rndv || hlen != 0) return refuse(c, Error(Code::kAuthError, "malformed handshake message"));
-  if (id == kAmBye) {
-    fail(c, Error(Code::kPeerLost, "ucx connection to " + c->desc() + " closed by the peer"));
-    close_ep(c);
-    return UCS_OK;
-  }
+  if (id == kAmBye) return on_bye(c, data, len);
   if (msg_of(id) == auth::Handshake::Msg::kNone) return UCS_OK;
   auto reply = c->hs_.take(msg_of(id), static_cast<const uint8_t*>(data), len);
   if (!reply.ok()) return refuse(c, Error(Code::kAuthError, reply.status().message()));
@@ -640,10 +669,7 @@ void UcxBackend::run(Cmd& c) {
         for (auto& [ep, conn] : eps_) targets.push_back(conn);
       for (auto& t : targets) {
         bool graceful = t->ep_ && !t->failed_ && t->ready();
-        if (graceful) {
-          uint8_t b = 0;
-          send_auth(t, kAmBye, &b, 1);  // tell the peer now rather than when a keepalive notices
-        }
+        if (graceful) send_bye(t);  // tell the peer now rather than when a keepalive notices
         fail(t, Status(Code::kInternalError, "ucx connection to " + t->desc() + " was closed locally"));
         close_ep(t, !graceful);
       }
