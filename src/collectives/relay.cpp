@@ -1,11 +1,9 @@
 #include "collectives/relay.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "collectives/root_watch.h"
 #include "core/log.h"
-#include "core/params.h"
 
 namespace sparrow::coll {
 
