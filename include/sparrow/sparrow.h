@@ -334,8 +334,8 @@ typedef struct sparrowModel* sparrowModel_t;
 /* Describes this rank's tensors (copied; their memory must stay valid while the model lives). Local:
  * nothing travels until the first sparrowModelSync or sparrowModelStage, which every rank of the
  * communicator calls with the same root. Errors: sparrowInvalidArgument (a bad name, shape, piece
- * outside its tensor, pieces overlapping in one tensor, pieces on the root, a tensor with pieces in
- * device memory). The communicator must outlive the model. */
+ * outside its tensor, pieces overlapping in one tensor, pieces on the root, a receiver's tensor with
+ * pieces in device memory: a source's may be). The communicator must outlive the model. */
 sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                    int ntensors, int root);
 /* The same with several sources (sharded trainers, FSDP-style): sources[0..nsources) are the ranks
@@ -368,8 +368,9 @@ sparrowResult_t sparrowModelCommit(sparrowModel_t model);
 /* The version this rank holds (the root: the last one it sent); equal on every rank that holds the
  * same version; 0 before the first step. */
 sparrowResult_t sparrowModelGetVersion(sparrowModel_t model, unsigned long long* version);
-/* The content digest of logical tensor `logical` as this rank holds it (host memory only): equal on
- * two ranks exactly when they hold the same bits (up to a 64-bit hash), whatever their layouts. */
+/* The content digest of logical tensor `logical` as this rank holds it (device memory is read back to
+ * the host for it): equal on two ranks exactly when they hold the same bits (up to a 64-bit hash),
+ * whatever their layouts. */
 sparrowResult_t sparrowModelGetDigest(sparrowModel_t model, const char* logical, unsigned long long* digest);
 /* The same over rows [start, stop) (dim 0) of `logical`, on any rank that holds them: a tensor-parallel
  * shard, which receives only its own rows, or a source, which holds its own. The digests of rows that

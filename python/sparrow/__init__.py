@@ -714,7 +714,8 @@ class WeightSync:
 
     def digest(self, name: str, rows: Optional[Tuple[int, int]] = None) -> int:
         """Content digest of logical tensor `name` as this rank holds it: equal on two ranks exactly
-        when they hold the same bits, whatever their layouts (host tensors only). `rows=(start, stop)`:
+        when they hold the same bits, whatever their layouts or memory (device rows are read back to
+        the host for it). `rows=(start, stop)`:
         of those rows (dim 0) only, on any rank that holds them (a tensor-parallel shard receives only
         its own rows; a source holds its own); the digests of rows that tile a tensor add up, mod 2**64,
         to the tensor's. InvalidUsage where this rank does not hold the rows asked for."""

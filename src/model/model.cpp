@@ -65,10 +65,13 @@ Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalT
   SPARROW_RETURN_IF_ERROR(check_local(tensors, sources.empty() && e.rank() == root));
   if (source) SPARROW_RETURN_IF_ERROR(check_source(tensors));
   if (source && tensors.empty()) return InvalidArgument("a source passes no tensors");
+  // A source's rows are sent from where they are (device memory too, as any broadcast's buffer); a
+  // receiver's pieces are written on the host, from its mirrors of the logical tensors.
   auto* dev = kernels::device_ops();
   for (const auto& t : tensors)
-    if (!t.pieces.empty() && kernels::is_device(dev, t.data))
-      return InvalidArgument("tensor '" + t.name + "': a tensor with a layout (pieces) must be in host memory");
+    if (!source && !t.pieces.empty() && kernels::is_device(dev, t.data))
+      return InvalidArgument("tensor '" + t.name + "': a receiver's tensor with a layout (pieces) must be in host "
+                             "memory (a source's may be device memory)");
   return std::unique_ptr<Model>(new Model(e, std::move(tensors), root, std::move(sources)));
 }
 
@@ -232,10 +235,15 @@ Result<uint64_t> Model::digest_rows(const std::string& name, uint64_t start, uin
     return InvalidArgument("rows [" + std::to_string(start) + ", " + std::to_string(stop) + ") of '" + name +
                            "', which has " + std::to_string(rows));
   SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(l, start, stop));
-  if (kernels::is_device(kernels::device_ops(), p))
-    return InvalidArgument("tensor '" + name + "' is in device memory: its digest is computed on host tensors only");
   const uint64_t row = rows ? t.numel() / rows : 0;
-  return format::digest_range(0, p, start * row, (stop - start) * row, format::dtype_size(t.dtype));
+  const size_t esize = format::dtype_size(t.dtype);
+  std::vector<uint8_t> host;  // a source's rows in device memory: digested from a host copy
+  if (kernels::is_device(kernels::device_ops(), p)) {
+    host.resize((stop - start) * row * esize);
+    SPARROW_RETURN_IF_ERROR(kernels::copy_any(host.data(), p, host.size()));
+    p = host.data();
+  }
+  return format::digest_range(0, p, start * row, (stop - start) * row, esize);
 }
 
 }  // namespace sparrow::model

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/comm_harness.h"
+#include "harness/fake_device.h"
 #include "harness/util.h"
 #include "sparrow/sparrow.h"
 
@@ -485,6 +486,71 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
     refill_sources(logical, held);
   }
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// The same with the sources' rows in device memory (an FSDP trainer's shards live on its GPUs; here
+// the test's FakeDevice, which the host cannot touch): each source extracts and sends its rows from
+// the device, the receivers (host) get them bit-exact. A receiver's pieces in device memory are still
+// refused, naming the tensor.
+TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
+  FakeDeviceScope fd;
+  Comms comms(4);
+  std::vector<Held> logical = trainer(23);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1),
+                                         {Held("v", {4, 4}), Held("emb", {10, 4}), Held("q", {8, 4})},
+                                         tp_worker(0)};
+  // The sources' tensors point into device memory holding their rows.
+  std::vector<std::vector<void*>> dev(2);
+  auto upload = [&] {
+    for (int part = 0; part < 2; ++part)
+      for (size_t i = 0; i < held[size_t(part)].size(); ++i) {
+        const Bf16& d = held[size_t(part)][i].data;
+        fd.dev.upload(dev[size_t(part)][i], d.data(), d.size() * 2);
+      }
+  };
+  for (int part = 0; part < 2; ++part)
+    for (auto& h : held[size_t(part)]) dev[size_t(part)].push_back(fd.dev.malloc_device(h.data.size() * 2));
+  upload();
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(4);
+  for (int r = 0; r < 4; ++r) {
+    auto ts = tensors_of(held[size_t(r)]);
+    if (r < 2)
+      for (size_t i = 0; i < ts.size(); ++i) ts[i].data = dev[size_t(r)][i];
+    ASSERT_EQ(sparrowModelCreateSharded(&m[size_t(r)], comms.c[size_t(r)], ts.data(), int(ts.size()), 0, src.data(), 2),
+              sparrowSuccess)
+        << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+  }
+  for (int s = 1; s <= 3; ++s) {
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); });
+    for (int r = 0; r < 4; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+    for (auto& h : held[2]) ASSERT_EQ(h.data, find(logical, h.name).data) << h.name << " at step " << s;
+    expect_projection(logical, held[3], 0, "step " + std::to_string(s));
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
+    // A source's digest of its rows (read back from the device) and the other source's add up to
+    // the receiver's whole one.
+    for (const char* name : {"q", "emb"}) {
+      const size_t cut = find(logical, name).shape[0] / 2 + 1, end = find(logical, name).shape[0];
+      unsigned long long whole = 0;
+      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &whole), sparrowSuccess);
+      EXPECT_EQ(digest_rows(m[0], name, {0, cut}) + digest_rows(m[1], name, {cut, end}), whole) << name;
+    }
+    mutate(logical, 400 + uint64_t(s));
+    refill_sources(logical, held);
+    upload();
+  }
+  EXPECT_GT(fd.dev.extract_chunk_calls.load() + fd.dev.extracts.load(), 0) << "the sources extracted on the device";
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+
+  // A receiver whose pieces are in device memory: refused at creation, naming the tensor.
+  std::vector<Held> w = tp_worker(0);
+  auto ts = tensors_of(w);
+  ts[0].data = fd.dev.malloc_device(w[0].data.size() * 2);
+  sparrowModel_t bad = nullptr;
+  EXPECT_EQ(sparrowModelCreateSharded(&bad, comms.c[3], ts.data(), int(ts.size()), 0, src.data(), 2),
+            sparrowInvalidArgument);
+  EXPECT_NE(std::string(sparrowGetLastError(comms.c[3])).find("qkv_proj"), std::string::npos)
+      << sparrowGetLastError(comms.c[3]);
 }
 
 TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepaired) {
