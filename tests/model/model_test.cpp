@@ -457,6 +457,17 @@ sparrowResult_t make_sharded(sparrowModel_t* m, sparrowComm_t c, std::vector<Hel
   return sparrowModelCreateSharded(m, c, ts.data(), int(ts.size()), 0, src.data(), int(src.size()));
 }
 
+// A source holds its own rows (shard()): the digests of the two sources' rows (m[0], m[1]) add up to
+// the whole one of a receiver that holds every row (m[2]).
+void expect_source_digests_add_up(const std::vector<sparrowModel_t>& m, const std::vector<Held>& logical) {
+  for (const char* name : {"q", "emb"}) {
+    const size_t cut = find(logical, name).shape[0] / 2 + 1, end = find(logical, name).shape[0];
+    unsigned long long whole = 0;
+    ASSERT_EQ(sparrowModelGetDigest(m[2], name, &whole), sparrowSuccess);
+    EXPECT_EQ(digest_rows(m[0], name, {0, cut}) + digest_rows(m[1], name, {cut, end}), whole) << name;
+  }
+}
+
 TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
   Comms comms(5);
   std::vector<Held> logical = trainer(21);
@@ -476,12 +487,8 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
     for (const char* name : {"q", "emb"}) {
       const auto rows = tp_rows(name, 0);
       EXPECT_EQ(digest_rows(m[2], name, rows), digest_rows(m[3], name, rows)) << name;
-      // A source holds its own rows: the two sources' digests add up to the receiver's whole one.
-      const size_t cut = find(logical, name).shape[0] / 2 + 1, end = find(logical, name).shape[0];
-      unsigned long long whole = 0;
-      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &whole), sparrowSuccess);
-      EXPECT_EQ(digest_rows(m[0], name, {0, cut}) + digest_rows(m[1], name, {cut, end}), whole) << name;
     }
+    expect_source_digests_add_up(m, logical);
     mutate(logical, 300 + uint64_t(s));
     refill_sources(logical, held);
   }
@@ -527,14 +534,7 @@ TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
     for (auto& h : held[2]) ASSERT_EQ(h.data, find(logical, h.name).data) << h.name << " at step " << s;
     expect_projection(logical, held[3], 0, "step " + std::to_string(s));
     for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
-    // A source's digest of its rows (read back from the device) and the other source's add up to
-    // the receiver's whole one.
-    for (const char* name : {"q", "emb"}) {
-      const size_t cut = find(logical, name).shape[0] / 2 + 1, end = find(logical, name).shape[0];
-      unsigned long long whole = 0;
-      ASSERT_EQ(sparrowModelGetDigest(m[2], name, &whole), sparrowSuccess);
-      EXPECT_EQ(digest_rows(m[0], name, {0, cut}) + digest_rows(m[1], name, {cut, end}), whole) << name;
-    }
+    expect_source_digests_add_up(m, logical);  // (the sources' rows read back from the device)
     mutate(logical, 400 + uint64_t(s));
     refill_sources(logical, held);
     upload();
