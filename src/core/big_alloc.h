@@ -34,11 +34,11 @@ struct BigAlloc {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
 #if defined(__SANITIZE_ADDRESS__)
-    // Fresh pages are addressable, whatever AddressSanitizer's shadow still says of the range. glibc
-    // unmaps thread stacks without the sanitizer hearing of it (in a forked child, the stacks of its
-    // parent's threads, which the child does not have), so an mmap at such an address can inherit
-    // their poisoned frames: a forked test rank's receive into its dense staging was reported once in
-    // a stack, and ASan failed describing it.
+    // Fresh pages are addressable, whatever AddressSanitizer's shadow still says of the range: memory
+    // unmapped without the sanitizer hearing of it (glibc freeing thread stacks; in a forked child,
+    // plausibly its parent's threads' stacks) keeps the shadow of its poisoned frames, and an mmap at
+    // that address inherits it. A forked test rank's receive into its dense staging was reported in
+    // "a stack" twice, ASan failing to describe it.
     ASAN_UNPOISON_MEMORY_REGION(p, bytes);
 #endif
 #ifdef MADV_HUGEPAGE

@@ -2,7 +2,8 @@
 // The pieces of a dense broadcast both protocols share (a fixed communicator's one operation per
 // buffer in dense/broadcast.cpp, an elastic one's one operation per group in elastic/dense.cpp):
 // the operation's plan, the header, the segments sent and received, the root's host copy of a
-// device buffer and its own receive buffer.
+// device buffer and its own receive buffer, the call's stats; and the two protocols' entry points,
+// between which the entry (bcast.cpp) chooses.
 #pragma once
 
 #include <cstdint>

@@ -481,17 +481,24 @@ std::mutex g_hook_mu;
 UcxWireHook g_hook;
 std::atomic<bool> g_hooked{false};
 
-// Tests: the hook sees the frame as it goes on the wire, in a copy when the payload is the caller's.
-void apply_wire_hook(SendCtx& s) {
+// Tests: runs f(hook) under the hook's lock when one is set (without one, a relaxed load and no lock).
+template <class F>
+void with_wire_hook(F&& f) {
   if (!g_hooked.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lk(g_hook_mu);
-  if (!g_hook) return;
-  if (s.p.len && s.p.data != s.own.data()) {
-    s.own = g_spare.take(s.p.len);
-    std::memcpy(s.own.data(), s.p.data, s.p.len);
-    s.p.data = s.own.data();
-  }
-  g_hook(s.hdr, s.hdr_len, s.own.data(), s.p.len);
+  if (g_hook) f(g_hook);
+}
+
+// Tests: the hook sees the frame as it goes on the wire, in a copy when the payload is the caller's.
+void apply_wire_hook(SendCtx& s) {
+  with_wire_hook([&s](const UcxWireHook& hook) {
+    if (s.p.len && s.p.data != s.own.data()) {
+      s.own = g_spare.take(s.p.len);
+      std::memcpy(s.own.data(), s.p.data, s.p.len);
+      s.p.data = s.own.data();
+    }
+    hook(s.hdr, s.hdr_len, s.own.data(), s.p.len);
+  });
 }
 
 void UcxBackend::send_frame(SendCtx* s) {
@@ -526,10 +533,7 @@ void UcxBackend::send_bye(const UcxConnPtr& c) {
   uint8_t m[1 + seal::kTagBytes] = {kByeByte};
   const size_t n = c->tx_ ? sizeof m : 1;
   if (c->tx_ && !c->tx_->seal(m, 1, m, m + 1).ok()) return;  // (none: the peer sees the connection end)
-  if (g_hooked.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lk(g_hook_mu);
-    if (g_hook) g_hook(nullptr, 0, m, n);
-  }
+  with_wire_hook([&](const UcxWireHook& hook) { hook(nullptr, 0, m, n); });
   send_auth(c, kAmBye, m, n);
 }
 
