@@ -334,8 +334,10 @@ typedef struct sparrowModel* sparrowModel_t;
 /* Describes this rank's tensors (copied; their memory must stay valid while the model lives). Local:
  * nothing travels until the first sparrowModelSync or sparrowModelStage, which every rank of the
  * communicator calls with the same root. Errors: sparrowInvalidArgument (a bad name, shape, piece
- * outside its tensor, pieces overlapping in one tensor, pieces on the root, a receiver's tensor with
- * pieces in device memory: a source's may be). The communicator must outlive the model. */
+ * outside its tensor, pieces overlapping in one tensor, pieces on the root). Tensors may be host or
+ * device memory; a receiver's pieces in device memory are read back to the host to be compared with
+ * its host mirrors, and only the changed elements are written to them. The communicator must outlive
+ * the model. */
 sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                    int ntensors, int root);
 /* The same with several sources (sharded trainers, FSDP-style): sources[0..nsources) are the ranks

@@ -65,13 +65,6 @@ Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalT
   SPARROW_RETURN_IF_ERROR(check_local(tensors, sources.empty() && e.rank() == root));
   if (source) SPARROW_RETURN_IF_ERROR(check_source(tensors));
   if (source && tensors.empty()) return InvalidArgument("a source passes no tensors");
-  // A source's rows are sent from where they are (device memory too, as any broadcast's buffer); a
-  // receiver's pieces are written on the host, from its mirrors of the logical tensors.
-  auto* dev = kernels::device_ops();
-  for (const auto& t : tensors)
-    if (!source && !t.pieces.empty() && kernels::is_device(dev, t.data))
-      return InvalidArgument("tensor '" + t.name + "': a receiver's tensor with a layout (pieces) must be in host "
-                             "memory (a source's may be device memory)");
   return std::unique_ptr<Model>(new Model(e, std::move(tensors), root, std::move(sources)));
 }
 
@@ -141,21 +134,6 @@ const uint8_t* Model::logical_bytes(size_t l) const {
   return mirrors_[l].data();
 }
 
-void Model::mirror_pieces() {
-  for (size_t l = 0; l < targets_.size(); ++l)
-    for (size_t i = 0; i < targets_[l].pieces.size(); ++i)
-      copy_changed(runs_[l][i], static_cast<const uint8_t*>(locals_[targets_[l].pieces[i].local].data),
-                   mirrors_[l].data(), false);
-}
-
-void Model::project_pieces() {
-  projected_ = 0;
-  for (size_t l = 0; l < targets_.size(); ++l)
-    for (size_t i = 0; i < targets_[l].pieces.size(); ++i)
-      projected_ += copy_changed(runs_[l][i], mirrors_[l].data(),
-                                 static_cast<uint8_t*>(locals_[targets_[l].pieces[i].local].data), true);
-}
-
 void Model::read_version() {
   coll::BufferKey key;
   std::vector<coll::BufferArg> bs = split_ ? std::vector<coll::BufferArg>{} : bufs();
@@ -180,10 +158,13 @@ Status Model::step() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
   if (split_) return step_split();
-  if (!is_root()) mirror_pieces();
+  // A piece that could not be read (device memory) still takes part, and is not written: the mirror
+  // is then ahead of it, which the next step's comparison refuses and repairs, as a drifted piece.
+  const Status mirrored = is_root() ? Status::Ok() : mirror_pieces();
   Status s = coll::sparse_bcast(e_, bufs(), root_);
-  if (s.ok() && !is_root()) project_pieces();
-  read_version();
+  if (s.ok() && !mirrored.ok()) return mirrored;
+  if (s.ok() && !is_root()) s = project_pieces();
+  if (s.ok()) read_version();
   return s;
 }
 
@@ -191,7 +172,9 @@ Status Model::stage() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
   if (split_) return is_source() ? step_split() : stage_split();
-  if (!is_root()) mirror_pieces();
+  // (a piece that could not be read: the commit's projection compares it again, and fails or rewrites
+  // what differs; the staged step goes on meanwhile, as the other ranks' does)
+  if (!is_root()) (void)mirror_pieces();
   Status s = coll::sparse_stage(e_, bufs(), root_);
   if (is_root()) read_version();
   return s;
@@ -201,8 +184,8 @@ Status Model::commit() {
   if (is_source()) return Status::Ok();
   if (split_) return commit_split();
   Status s = coll::stage_commit(e_);
-  if (s.ok() && agreed_) project_pieces();
-  if (agreed_) read_version();
+  if (s.ok() && agreed_) s = project_pieces();
+  if (s.ok() && agreed_) read_version();
   return s;
 }
 

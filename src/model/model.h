@@ -12,6 +12,8 @@
 // what differs (the user wrote into a piece) is copied into the mirror, so that the broadcast's own
 // base verification refuses the step (kVersionMismatch, nothing written) and the next step brings a
 // full snapshot, which the projection writes back: the pieces behave as the mirror's memory does.
+// Pieces may be device memory: read back to the host to be compared, the changed elements written
+// to the device (project.cpp).
 //
 // On a fixed communicator, the first step also agrees on which rows each receiver needs (split.h):
 // when some receiver needs less than the whole model (a tensor-parallel shard), or several sources
@@ -78,8 +80,15 @@ class Model {
   Status plan(const Manifest& m);        // a receiver's targets and mirrors
   std::vector<coll::BufferArg> bufs() const;
   const uint8_t* logical_bytes(size_t l) const;  // where this rank holds logical tensor l
-  void mirror_pieces();                  // local pieces -> mirror where they differ (before a step)
-  void project_pieces();                 // mirror -> local pieces where they differ (after one)
+  // project.cpp: a receiver's pieces (host or device memory) and its mirrors.
+  Status mirror_pieces();                // local pieces -> mirror where they differ (before a step)
+  // mirror -> local pieces where they differ (after one), and the pieces' checksums (sums_).
+  Status project_pieces();
+  Result<const uint8_t*> host_view(size_t t) const;  // local tensor t's bytes (device: a host copy)
+  template <class F>
+  void each_piece_of(size_t t, F&& f) const;  // f(logical, piece) for every piece held in local t
+  bool has_pieces(size_t t) const;
+  uint64_t runs_sum(size_t t, const uint8_t* view) const;  // checksum of local t's runs, read at `view`
   void read_version();
   // Several sources, or receivers that need different rows (sharded.cpp): the agreement on the
   // merged parts, the step (its operations, each among a source and some receivers), the receivers'
@@ -93,9 +102,8 @@ class Model {
   void mirror_wholes();  // a receiver's whole tensors land in mirrors too
   std::vector<coll::BufferArg> op_bufs(size_t k) const;  // operation k, as this rank sends or receives it
   Result<const uint8_t*> rows_at(size_t l, uint64_t start, uint64_t stop) const;  // where this rank holds them
-  uint64_t local_sum(size_t t) const;  // checksum of what local tensor t's runs hold
-  bool drifted() const;
-  void project_all();
+  bool drifted() const;  // a piece no longer holds what was projected (or cannot be read)
+  Status project_all();  // project_pieces(); one that failed part-way is rewritten at the next step
 
   coll::Engine& e_;
   std::vector<LocalTensor> locals_;
@@ -104,7 +112,7 @@ class Model {
   std::vector<SplitOp> ops_;  // a split step's operations (split.h), the same on every rank
   bool split_ = false;        // a step runs ops_ (else: one operation of every tensor whole)
   std::vector<Slice> held_;   // a receiver: the rows it needs (and holds) of each logical tensor
-  std::vector<uint64_t> sums_;  // a sharded receiver's local tensors: checksums of what was projected
+  std::vector<uint64_t> sums_;  // a receiver's local tensors: checksums of what was projected
   bool repair_ = false;         // ... one of them was written to: the next step rewrites them
 
   bool agreed_ = false;
@@ -113,6 +121,7 @@ class Model {
   std::vector<std::vector<std::vector<Run>>> runs_;  // per logical tensor, per piece
   std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> mirrors_;  // per logical tensor (empty: whole)
   uint64_t version_ = 0, projected_ = 0;
+  mutable std::vector<uint8_t, BigAlloc<uint8_t>> scratch_;  // host copy of a device tensor
 };
 
 // A model's agreement is an operation of its own: sources send their parts to the root (kPartSub),

@@ -165,30 +165,6 @@ Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) c
   return logical_bytes(l) + start * row_bytes;
 }
 
-uint64_t Model::local_sum(size_t t) const {
-  uint64_t h = 0;
-  const auto* base = static_cast<const uint8_t*>(locals_[t].data);
-  for (size_t l = 0; l < targets_.size(); ++l)
-    for (size_t i = 0; i < targets_[l].pieces.size(); ++i)
-      if (targets_[l].pieces[i].local == t)
-        for (const Run& r : runs_[l][i]) h = format::checksum(base + r.local, r.bytes, h);
-  return h;
-}
-
-bool Model::drifted() const {
-  if (sums_.empty() || repair_) return false;  // nothing projected yet, or a repair is due anyway
-  for (size_t t = 0; t < locals_.size(); ++t)
-    if (local_sum(t) != sums_[t]) return true;
-  return false;
-}
-
-void Model::project_all() {
-  project_pieces();
-  sums_.resize(locals_.size());
-  for (size_t t = 0; t < locals_.size(); ++t) sums_[t] = local_sum(t);
-  repair_ = false;
-}
-
 Status Model::step_split() {
   const bool refuse = !is_source() && drifted();
   const double t0 = now_s();
@@ -234,7 +210,7 @@ Status Model::finish_split(Status first, bool refuse) {
     first = VersionMismatch("this rank's tensors were written to since the last step: none of them was written, "
                             "and the next step rewrites them");
   }
-  if (first.ok() && !is_source()) project_all();
+  if (first.ok() && !is_source()) first = project_all();
   if (first.ok() && takes_no_part()) ++version_;  // it holds no row: the step's version is the count
   else if (first.ok()) read_version();
   return first;

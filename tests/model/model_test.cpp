@@ -497,8 +497,7 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
 
 // The same with the sources' rows in device memory (an FSDP trainer's shards live on its GPUs; here
 // the test's FakeDevice, which the host cannot touch): each source extracts and sends its rows from
-// the device, the receivers (host) get them bit-exact. A receiver's pieces in device memory are still
-// refused, naming the tensor.
+// the device, the receivers (host) get them bit-exact.
 TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
   FakeDeviceScope fd;
   Comms comms(4);
@@ -542,15 +541,163 @@ TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
   EXPECT_GT(fd.dev.extract_chunk_calls.load() + fd.dev.extracts.load(), 0) << "the sources extracted on the device";
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 
-  // A receiver whose pieces are in device memory: refused at creation, naming the tensor.
-  std::vector<Held> w = tp_worker(0);
-  auto ts = tensors_of(w);
-  ts[0].data = fd.dev.malloc_device(w[0].data.size() * 2);
-  sparrowModel_t bad = nullptr;
-  EXPECT_EQ(sparrowModelCreateSharded(&bad, comms.c[3], ts.data(), int(ts.size()), 0, src.data(), 2),
-            sparrowInvalidArgument);
-  EXPECT_NE(std::string(sparrowGetLastError(comms.c[3])).find("qkv_proj"), std::string::npos)
-      << sparrowGetLastError(comms.c[3]);
+}
+
+// A rank's tensors moved into device memory (FakeDevice: the host cannot touch it), as an inference
+// engine holds its weights on its GPU. `pull` copies them back into `held` for the checks.
+struct OnDevice {
+  FakeDevice& dev;
+  std::vector<Held>& held;
+  std::vector<void*> ptr;
+  OnDevice(FakeDevice& d, std::vector<Held>& h) : dev(d), held(h) {
+    for (auto& x : held) {
+      ptr.push_back(dev.malloc_device(x.data.size() * 2));
+      dev.upload(ptr.back(), x.data.data(), x.data.size() * 2);
+    }
+  }
+  std::vector<sparrowTensor_t> tensors() {
+    auto ts = tensors_of(held);
+    for (size_t i = 0; i < ts.size(); ++i) ts[i].data = ptr[i];
+    return ts;
+  }
+  std::vector<Held>& pull() {
+    for (size_t i = 0; i < held.size(); ++i) dev.download(held[i].data.data(), ptr[i], held[i].data.size() * 2);
+    return held;
+  }
+  void flip(size_t tensor, size_t elem) {  // the user writes into one element
+    pull();
+    held[tensor].data[elem] ^= 1;
+    dev.upload(ptr[tensor], held[tensor].data.data(), held[tensor].data.size() * 2);
+  }
+};
+
+// Both TP shards of an engine on one rank (tensors "qkv_proj.0" ... "embed.1"): every row, fused and
+// padded, so that a step need not be split.
+std::vector<Held> both_shards() {
+  std::vector<Held> out;
+  for (int tp = 0; tp < 2; ++tp)
+    for (Held h : tp_worker(tp)) {
+      h.name += "." + std::to_string(tp);
+      out.push_back(std::move(h));
+    }
+  return out;
+}
+
+void expect_both_shards(const std::vector<Held>& root, const std::vector<Held>& w, const std::string& when) {
+  for (int tp = 0; tp < 2; ++tp)
+    expect_projection(root, std::vector<Held>(w.begin() + 3 * tp, w.begin() + 3 * tp + 3), tp, when);
+}
+
+// Receivers whose tensors are in device memory, one source, a step as one operation: a fused, padded
+// layout gets the projection written on the device (its padding never), a whole-tensor receiver
+// receives in place; a piece the user wrote into is refused, nothing written, and repaired at the next
+// step; a staged step reaches the device only at the commit.
+TEST(ModelSync, ReceiversWhoseTensorsAreInDeviceMemoryGetTheStepWrittenThere) {
+  FakeDeviceScope fd;
+  Comms comms(3);
+  std::vector<std::vector<Held>> held = {trainer(31), both_shards(), trainer(0)};
+  OnDevice fused(fd.dev, held[1]), whole(fd.dev, held[2]);
+  std::vector<sparrowModel_t> m(3);
+  ASSERT_EQ(make_model(&m[0], comms.c[0], held[0], 0), sparrowSuccess);
+  for (int r = 1; r < 3; ++r) {
+    auto ts = (r == 1 ? fused : whole).tensors();
+    ASSERT_EQ(sparrowModelCreate(&m[size_t(r)], comms.c[size_t(r)], ts.data(), int(ts.size()), 0), sparrowSuccess)
+        << sparrowGetLastError(comms.c[size_t(r)]);
+  }
+  auto sync = [&] { return comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }); };
+  auto expect_held = [&](const std::string& when) {
+    expect_both_shards(held[0], fused.pull(), when);
+    for (auto& h : whole.pull()) ASSERT_EQ(h.data, find(held[0], h.name).data) << h.name << ": " << when;
+  };
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_EQ(sync(), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[1]);
+    expect_held("step " + std::to_string(s));
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s));
+    mutate(held[0], 500 + uint64_t(s));
+  }
+  EXPECT_GT(fd.dev.scatters.load(), 0) << "the changes were written on the device";
+
+  fused.flip(4, 3);  // the user wrote into o_proj.1
+  const std::vector<Held> before = fused.pull();
+  auto rc = sync();
+  EXPECT_EQ(rc[1], sparrowVersionMismatch) << sparrowGetLastError(comms.c[1]);
+  EXPECT_EQ(rc[2], sparrowSuccess);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(fused.pull()[i].data, before[i].data) << "nothing written";
+  EXPECT_EQ(version_of(m[1]), 3u);
+  mutate(held[0], 600);
+  ASSERT_EQ(sync(), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[1]);
+  expect_held("after the repair");
+
+  mutate(held[0], 700);
+  const std::vector<Held> old = fused.pull();
+  rc = comms.run([&](int r) {
+    sparrowResult_t s = sparrowModelStage(m[size_t(r)]);
+    if (s != sparrowSuccess || r == 0) return s;
+    staged_ready(comms.c[size_t(r)], 10000);
+    if (r == 1)
+      for (size_t i = 0; i < old.size(); ++i)
+        if (fused.pull()[i].data != old[i].data) return sparrowInternalError;  // written before the commit
+    return sparrowModelCommit(m[size_t(r)]);
+  });
+  ASSERT_EQ(rc, std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[1]);
+  expect_held("after the commit");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 6u);
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// The same for a split step: two sources, TP shards in device memory receiving their rows only; a
+// shard the user wrote into is refused, nothing written, and repaired at the next step; so is one
+// whose write to the device failed.
+TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
+  FakeDeviceScope fd;
+  Comms comms(4);
+  std::vector<Held> logical = trainer(37);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1), tp_worker(0), tp_worker(1)};
+  std::vector<OnDevice> tp = {OnDevice(fd.dev, held[2]), OnDevice(fd.dev, held[3])};
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(4);
+  for (int r = 0; r < 4; ++r) {
+    auto ts = r < 2 ? tensors_of(held[size_t(r)]) : tp[size_t(r - 2)].tensors();
+    ASSERT_EQ(sparrowModelCreateSharded(&m[size_t(r)], comms.c[size_t(r)], ts.data(), int(ts.size()), 0, src.data(), 2),
+              sparrowSuccess)
+        << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+  }
+  auto sync = [&] { return comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); }); };
+  auto next = [&](uint64_t seed) {
+    mutate(logical, seed);
+    refill_sources(logical, held);
+  };
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
+    for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "step " + std::to_string(s));
+    next(800 + uint64_t(s));
+  }
+  tp[1].flip(0, 9);  // the user wrote into tp 1's qkv_proj
+  const std::vector<Held> before = tp[1].pull();
+  auto rc = sync();
+  EXPECT_EQ(rc[2], sparrowSuccess);
+  EXPECT_EQ(rc[3], sparrowVersionMismatch) << sparrowGetLastError(comms.c[3]);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(tp[1].pull()[i].data, before[i].data) << "nothing written";
+  expect_projection(logical, tp[0].pull(), 0, "beside the refused shard");
+  next(900);
+  ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
+  for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after the repair");
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
+  EXPECT_GT(fd.dev.scatters.load(), 0);
+
+  // Writes to the device that fail (every one, for the step): the shards' step fails with the device's
+  // error, the sources' succeeds, and the next step rewrites what differs.
+  next(1000);
+  fd.dev.fail_scatter_after = 0;
+  rc = sync();
+  fd.dev.fail_scatter_after = -1;
+  EXPECT_EQ(rc, (std::vector<sparrowResult_t>{sparrowSuccess, sparrowSuccess, sparrowUnhandledCudaError,
+                                               sparrowUnhandledCudaError}));
+  next(1100);
+  ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
+  for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after a failed write");
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 7u) << "rank " << r;
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
 TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepaired) {
