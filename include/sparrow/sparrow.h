@@ -346,7 +346,10 @@ sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, co
  * the sources hold every row of every logical tensor exactly once (else the first step fails on every
  * rank with sparrowInvalidUsage naming the rows). Each source sends its own rows (no gather), in an
  * operation among it and the receivers; a receiver writes its tensors only once every source's part
- * of the step verified, so it never holds a mix of versions. Needs a fixed communicator. Staging:
+ * of the step verified, so it never holds a mix of versions. On an elastic communicator the sources
+ * agree on the members at the start of every step (a worker one source dropped is out of every
+ * source's operations); a source that is lost fails the step on every rank (sparrowPeerLost naming
+ * it), the workers' tensors holding the last version. Staging:
  * on a source, Stage sends its part as Sync does; a receiver stages every source's part as one step.
  * sources NULL or {root}: sparrowModelCreate. */
 sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,

@@ -634,7 +634,9 @@ class WeightSync:
     tensors: whole logical tensors, or one Piece along dim 0 at offset 0 (its rows); together they
     hold every row exactly once. Each source sends its own rows; receivers write a version only once
     every source's part of it verified. Staging works with several sources too: a source's stage()
-    sends its part, a worker's stages every part and commit() writes them at once.
+    sends its part, a worker's stages every part and commit() writes them at once. On an elastic
+    communicator workers may die or stall and are dropped by every source; a source that is lost
+    fails every rank's step (PeerLost naming it), workers keeping the last version.
     """
 
     def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,

@@ -529,3 +529,85 @@ def test_a_source_killed_during_a_step_leaves_the_workers_on_the_old_version():
     for r in (2, 3):
         assert f"rank {r} step 2 raised" in outs[r] and "tensors hold version 1: True" in outs[r], outs[r]
         assert "rank 1" in outs[r].split("raised", 1)[1], outs[r]  # the dead source is named
+
+
+# Two sources (FSDP halves) on an elastic communicator, as processes. VICTIM=worker: rank 4 (whole
+# tensors) stages the first version and is killed once part of it arrived; both sources drop it, the
+# TP=2 engine (ranks 2-3) gets every version bit-exact, and every survivor counts it out.
+# VICTIM=source: source 1 is killed instead of sending version 2; the workers' step fails naming it
+# and their tensors hold version 1 bit for bit, as does the whole worker's.
+ELASTIC_SOURCES = """
+    import os, signal, sys, time, torch, sparrow
+    from sparrow import layouts
+    cfg = dict(hidden_size=256, num_heads=8, num_kv_heads=2, intermediate_size=1024, vocab_size=4096,
+               num_layers=2, qkv_bias=True)
+    rank, victim = int(os.environ["RANK"]), os.environ["VICTIM"]
+    comm = sparrow.Communicator.from_env(timeout=60, elastic=True, lease_ms=1500)
+    g = torch.Generator().manual_seed(11)
+    logical = {n: (torch.randn(s, generator=g) * 0.02).to(torch.bfloat16)
+               for n, s in layouts.logical_shapes(**cfg).items()}
+    def mutate(step):
+        for i, t in enumerate(logical.values()):
+            t.view(torch.int16).view(-1)[(step + i) % 89::89] += 1
+    if rank < 2:
+        tensors, layout = [], {}
+        for n, t in logical.items():
+            lo, hi = rank * t.shape[0] // 2, (rank + 1) * t.shape[0] // 2
+            tensors.append((f"{n}#{rank}", t[lo:hi]))  # views: the sources' rows follow `logical`
+            layout[f"{n}#{rank}"] = [sparrow.Piece(n, 0, lo, hi)]
+    elif rank in (2, 3):
+        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 2, tp_size=2)
+        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
+    else:
+        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
+    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=[0, 1])
+    def exact(ref):
+        ok = True
+        for name, t in tensors if rank >= 2 else []:
+            for pc in (layout or {}).get(name, [sparrow.Piece(name, 0, 0, t.shape[0])]):
+                want = ref[pc.logical].narrow(pc.dim, pc.start, pc.stop - pc.start)
+                ok &= torch.equal(t.narrow(pc.dim, pc.offset, pc.stop - pc.start).view(torch.int16),
+                                  want.view(torch.int16))
+        return ok
+    for step in range(1, 4):
+        last = {n: t.clone() for n, t in logical.items()}
+        if step > 1:
+            mutate(step)  # the trainer's new version (every rank's copy: the reference)
+        if victim == "source" and rank == 1 and step == 2:
+            print("rank 1 dies instead of sending its rows", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if victim == "worker" and rank == 4:
+            sync.stage()
+            while not comm.stats()["stage_bytes_received"]:
+                pass
+            print("rank 4 dies, ready:", sync.ready(), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            info = sync.step()
+            print(f"rank {rank} step {step} version {info['version']} exact {exact(logical)} "
+                  f"members {comm.members()}", flush=True)
+        except sparrow.Error as e:
+            print(f"rank {rank} step {step} raised {type(e).__name__}: {e}; holds the last version: {exact(last)}",
+                  flush=True)
+            break
+    comm.destroy()
+"""
+
+
+@pytest.mark.parametrize("victim", ["worker", "source"])
+def test_two_sources_on_an_elastic_communicator_lose_a_worker_or_a_source_without_a_mix(victim):
+    outs = run_ranks_as_scripts(ELASTIC_SOURCES, rank_envs(5, VICTIM=victim, SPARROW_TIMEOUT_S="30"), timeout=240)
+    if victim == "worker":
+        assert "rank 4 dies, ready: False" in outs[4], outs[4]
+        for r in (0, 1, 2, 3):
+            for step in (2, 3):
+                assert f"rank {r} step {step} version {step} exact True members [0, 1, 2, 3]" in outs[r], outs[r]
+        for r in (2, 3):
+            assert f"rank {r} step 1 version 1 exact True" in outs[r], outs[r]
+    else:
+        assert "rank 1 dies" in outs[1], outs[1]
+        for r in (2, 3, 4):
+            assert f"rank {r} step 1 version 1 exact True" in outs[r], outs[r]
+            assert f"rank {r} step 2 raised" in outs[r] and "holds the last version: True" in outs[r], outs[r]
+            assert "rank 1" in outs[r].split("raised", 1)[1], outs[r]  # the dead source is named
+        assert "rank 0 step 2 raised" in outs[0] and "rank 1" in outs[0].split("raised", 1)[1], outs[0]

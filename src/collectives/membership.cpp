@@ -81,10 +81,7 @@ class FixedReceiver final : public ReceiverMembership {
 }  // namespace
 
 Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants) {
-  if (e.comm.elastic()) {
-    if (participants) return Error(Code::kInvalidUsage, "an operation among some ranks only needs a fixed communicator");
-    return elastic::plan_members(e, op, root);
-  }
+  if (e.comm.elastic()) return elastic::plan_members(e, op, root, participants);
   if (participants) op.participants = *participants;
   // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size.
   SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, participants));

@@ -48,8 +48,8 @@ class RootMembership {
 
 // Who takes part in operation `op` and over which tree, before its header: on a fixed communicator
 // every rank, or `participants` (null: every rank); on an elastic one, at the root, the live members
-// with the joiners it admits now (a receiver learns them from the header). An operation among some
-// ranks only needs a fixed communicator (kInvalidUsage).
+// with the joiners it admits now, or the live ones among `participants` (no joiner is admitted then);
+// a receiver learns them from the header.
 Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants);
 
 // The root's membership for operation `op` on this engine's communicator.
@@ -85,7 +85,7 @@ namespace elastic {
 // and children, its failover (patience before re-attaching, its adopter, the ranks it may adopt), and
 // its connections opened ahead. Sparse and dense receivers alike.
 void attach(Engine& e, Relay& relay, const topology::Tree& t, int root);
-Status plan_members(Engine& e, SparseOp& op, int root);
+Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants);
 std::unique_ptr<RootMembership> root_membership(Engine& e, const SparseOp& op);
 std::unique_ptr<ReceiverMembership> receiver_membership(Engine& e);
 }  // namespace elastic

@@ -67,6 +67,10 @@ constexpr uint8_t kOpFull = 1;  // OpHeader::flags: a sparse operation that send
 // OpHeader::flags: an elastic communicator's operation; the root sends the header to every rank
 // itself, listing the members the operation's tree is built over.
 constexpr uint8_t kOpElastic = 2;
+// OpHeader::flags, with kOpElastic: an operation among some ranks only (a model's split step); its
+// members are those of `members` (the communicator's) that are among its participants, which every
+// rank knows beforehand.
+constexpr uint8_t kOpSubset = 4;
 
 // Where a rank is: what the tree is built from (the rendezvous table's entry for it).
 struct Place {

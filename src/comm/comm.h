@@ -55,6 +55,7 @@ class Comm {
   const topology::ProbeResult& probe() const { return probe_; }
   // The next collective's op sequence number (consistent across ranks as calls are collective).
   uint64_t next_seq() { return ++seq_; }
+  uint64_t peek_seq() const { return seq_ + 1; }  // what next_seq() returns next
   transport::Deadline deadline() const { return transport::deadline_in(transport::timeout_seconds()); }
   // Elastic: members may be dropped (a dead or silent rank) and the others' collectives go on.
   bool elastic() const { return elastic_; }

@@ -59,8 +59,6 @@ Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalT
                              std::to_string(sources[i]));
   if (!sources.empty() && std::find(sources.begin(), sources.end(), root) == sources.end())
     return InvalidArgument("sources: the root (" + std::to_string(root) + ") must be one of them");
-  if (!sources.empty() && e.comm.elastic())
-    return InvalidArgument("sources: several sources need a fixed (not elastic) communicator");
   const bool source = std::find(sources.begin(), sources.end(), e.rank()) != sources.end();
   SPARROW_RETURN_IF_ERROR(check_local(tensors, sources.empty() && e.rank() == root));
   if (source) SPARROW_RETURN_IF_ERROR(check_source(tensors));

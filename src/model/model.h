@@ -95,6 +95,10 @@ class Model {
   // buffers inside their mirrors, the check that a receiver's tensors still hold what was projected
   // into them.
   Status agree_sharded(const coll::OpWire& w);
+  // Several sources on an elastic communicator: the sources agree on the members of this step
+  // (roll_call.cpp); a source that does not answer fails the step.
+  Status roll_call();
+  Status root_roll_call(const coll::OpWire& w);
   Status step_split();
   Status stage_split();   // a receiver: every operation it takes part in staged as one step
   Status commit_split();
@@ -129,6 +133,10 @@ class Model {
 // then (fixed communicators) every receiver sends the root its rows (kRowsSub) and the root sends
 // every rank the table (kNeedsSub).
 constexpr uint32_t kManifestSub = 1, kPartSub = 2, kRowsSub = 3, kNeedsSub = 4;
+// The sources' roll call at the start of a step on an elastic communicator (roll_call.cpp), keyed in
+// the number of the step's first operation (apart from any sub an operation uses): a source's members
+// to the root, the root's members of the step and verdict to each source.
+constexpr uint32_t kRollSub = 0xc0000000u, kRollLiveSub = 0xc0000001u, kRollVerdictSub = 0xc0000002u;
 // The root's side of it: sends `m`, collects every rank's check, and sends the first failure (its
 // own, `mine`, first) as everyone's verdict, which it returns.
 Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m, Status mine);

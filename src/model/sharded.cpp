@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "collectives/bcast.h"
+#include "collectives/elastic/elastic.h"
 #include "core/clock.h"
 #include "format/checkpoint.h"
 #include "format/digest.h"
@@ -53,7 +54,7 @@ Status Model::agree_sharded(const coll::OpWire& w) {
 
 std::vector<int> Model::receivers() const {
   std::vector<int> v;
-  for (int r = 0; r < e_.comm.nranks(); ++r)
+  for (int r : e_.members.live())
     if (sharded() ? std::find(sources_.begin(), sources_.end(), r) == sources_.end() : r != root_) v.push_back(r);
   return v;
 }
@@ -68,20 +69,26 @@ bool Model::takes_no_part() const {
   return true;
 }
 
-// Every receiver's rows, through the root.
+// Every receiver's rows, through the root (an elastic member that does not send them is dropped, and
+// holds none).
 Result<Needs> Model::share_needs(const coll::OpWire& w) {
   if (is_root()) {
     Needs all;
     for (int r : receivers()) {
-      SPARROW_ASSIGN_OR_RETURN(auto bytes, w.recv(r, kRowsSub));
-      auto rows = decode_rows(bytes, manifest_);
+      auto bytes = w.recv(r, kRowsSub);
+      if (!bytes.ok() && e_.comm.elastic()) {
+        coll::drop_member(e_, r, w.seq, "no rows for the model's plan: " + bytes.status().to_string());
+        continue;
+      }
+      if (!bytes.ok()) return bytes.status();
+      auto rows = decode_rows(*bytes, manifest_);
       if (!rows.ok()) return Status(rows.status().code(), "rank " + std::to_string(r) + ": " + rows.status().message());
       all.emplace_back(r, std::move(*rows));
     }
-    std::vector<int> to;
-    for (int r = 0; r < e_.comm.nranks(); ++r)
-      if (r != root_) to.push_back(r);
-    SPARROW_RETURN_IF_ERROR(w.send(to, kNeedsSub, coll::share(encode_needs(all))));
+    std::vector<int> to = e_.members.live();
+    std::erase(to, root_);
+    Status sent = w.send(to, kNeedsSub, coll::share(encode_needs(all)));
+    if (!e_.comm.elastic()) SPARROW_RETURN_IF_ERROR(sent);  // (elastic: one that is gone misses no operation)
     return all;
   }
   if (!is_source())
@@ -91,10 +98,10 @@ Result<Needs> Model::share_needs(const coll::OpWire& w) {
 }
 
 // After the manifest's verdict: the operations of a step. One source whose receivers all need the
-// whole model keeps one operation of every tensor, received in place. (An elastic communicator's
-// members change from step to step: it keeps that too; several sources need a fixed one.)
+// whole model keeps one operation of every tensor, received in place. (On an elastic communicator an
+// operation's members are its participants that are still members: a member dropped later is left
+// out of every operation.)
 Status Model::split(const coll::OpWire& w) {
-  if (e_.comm.elastic()) return Status::Ok();
   SPARROW_ASSIGN_OR_RETURN(Needs needs, share_needs(w));
   ops_ = split_step(sharded() ? manifest_.parts : std::vector<Part>{whole_part(manifest_)}, needs);
   // (no operation at all: no receiver holds anything, a one-rank communicator: one operation still)
@@ -168,7 +175,9 @@ Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) c
 Status Model::step_split() {
   const bool refuse = !is_source() && drifted();
   const double t0 = now_s();
-  Status first;
+  // (a source that failed its roll call still sends its operations: the receivers' step then fails
+  // on the lost source's operation alone, at once)
+  Status first = roll_call();
   coll::Stats sum;
   for (size_t k = 0; k < ops_.size(); ++k) {
     if (!takes_part(k)) {

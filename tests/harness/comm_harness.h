@@ -37,4 +37,23 @@ struct Comms {
   }
 };
 
+// N members of an elastic communicator (lease `lease_ms`) as threads, in `regions` (by rank; empty:
+// none); null where an init failed. The caller destroys (or aborts) them.
+inline std::vector<sparrowComm_t> open_elastic(int n, int lease_ms, const std::vector<const char*>& regions = {}) {
+  std::vector<sparrowComm_t> c(size_t(n), nullptr);
+  sparrowUniqueId id;
+  if (sparrowGetUniqueId(&id) != sparrowSuccess) return c;
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = lease_ms;
+      if (!regions.empty()) cfg.region = regions[size_t(r)];
+      (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
+    });
+  for (auto& t : ts) t.join();
+  return c;
+}
+
 }  // namespace sparrow::test

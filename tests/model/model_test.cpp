@@ -383,20 +383,8 @@ TEST(ModelSync, ALayoutThatDoesNotFitFailsEveryRankNamingTheTensor) {
 // workers go on, bit-exact.
 TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   const int n = 4;
-  sparrowUniqueId id;
-  ASSERT_EQ(sparrowGetUniqueId(&id), sparrowSuccess);
-  std::vector<sparrowComm_t> c(n, nullptr);
-  {
-    std::vector<std::thread> ts;
-    for (int r = 0; r < n; ++r)
-      ts.emplace_back([&, r] {
-        sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-        cfg.elastic = 1;
-        cfg.leaseMs = 2000;
-        EXPECT_EQ(sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg), sparrowSuccess);
-      });
-    for (auto& t : ts) t.join();
-  }
+  std::vector<sparrowComm_t> c = open_elastic(n, 2000);
+  for (auto x : c) ASSERT_NE(x, nullptr);
   std::vector<std::vector<Held>> held = {trainer(13), tp_worker(0), tp_worker(1), trainer(99)};
   std::vector<sparrowModel_t> m(n);
   for (int r = 0; r < n; ++r) ASSERT_EQ(make_model(&m[size_t(r)], c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
@@ -414,6 +402,8 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
     mutate(held[0], 40 + uint64_t(s));
     ASSERT_EQ(step(3), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(c[0]);
     for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[size_t(1 + tp)], tp, "after the drop");
+    // The step is split on an elastic communicator too: a shard receives its rows only.
+    for (int r = 1; r < 3; ++r) EXPECT_LT(stats_of(c[size_t(r)]).denseBytes, 136 * 2u) << "rank " << r;
   }
   int live[8], nlive = 0;
   ASSERT_EQ(sparrowCommGetMembers(c[0], live, 8, &nlive), sparrowSuccess);
@@ -698,6 +688,73 @@ TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
   for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after a failed write");
   for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 7u) << "rank " << r;
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// Two sources on an elastic communicator: TP shards receive their rows from both, bit-exact, and a
+// worker that dies between steps is dropped. The worker that dies holds rows of source 1 only, so
+// only source 1's operations drop it; the root (rank 0) learns of it at the next step's roll call,
+// and from then on every rank counts it out. The last step is staged.
+TEST(ModelSync, TwoSourcesOnAnElasticCommunicatorAgreeOnTheMembersAndGoOn) {
+  const int n = 5;
+  std::vector<sparrowComm_t> c = open_elastic(n, 2000);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<Held> logical = trainer(41);
+  const size_t tail = find(logical, "emb").shape[0] / 2 + 1;  // source 1 holds emb's rows from here
+  std::vector<Held> emb_tail = {Held("emb_tail", {10 - tail, 4})};
+  emb_tail[0].piece("emb", 0, tail, 10, 0);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1), tp_worker(0), tp_worker(1), emb_tail};
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(n);
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(make_sharded(&m[size_t(r)], c[size_t(r)], held[size_t(r)], src), sparrowSuccess) << "rank " << r;
+  auto step = [&](int ranks) {
+    std::vector<sparrowResult_t> rc(static_cast<size_t>(ranks));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < ranks; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
+    for (auto& t : ts) t.join();
+    return rc;
+  };
+  auto members = [&](int r) {
+    int live[8], nlive = 0;
+    EXPECT_EQ(sparrowCommGetMembers(c[size_t(r)], live, 8, &nlive), sparrowSuccess);
+    return std::vector<int>(live, live + nlive);
+  };
+  auto expect_exact = [&](const std::string& when) {
+    for (int tp = 0; tp < 2; ++tp) expect_projection(logical, held[size_t(2 + tp)], tp, when);
+  };
+  for (int s = 1; s <= 2; ++s) {
+    ASSERT_EQ(step(n), std::vector<sparrowResult_t>(n, sparrowSuccess)) << sparrowGetLastError(c[2]);
+    expect_exact("step " + std::to_string(s));
+    const Bf16& emb = find(logical, "emb").data;
+    EXPECT_TRUE(std::equal(held[4][0].data.begin(), held[4][0].data.end(), emb.begin() + long(tail * 4))) << "emb_tail";
+    mutate(logical, 1200 + uint64_t(s));
+    refill_sources(logical, held);
+  }
+  EXPECT_EQ(sparrowModelDestroy(m[4]), sparrowSuccess);
+  EXPECT_EQ(sparrowCommAbort(c[4]), sparrowSuccess);  // the emb_tail worker dies
+  for (int s = 3; s <= 5; ++s) {
+    if (s < 5) ASSERT_EQ(step(4), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(c[0]);
+    std::vector<std::thread> ts;  // the last step staged: the receivers commit once it arrived
+    std::vector<sparrowResult_t> rc(4, sparrowInternalError);
+    for (int r = 0; s == 5 && r < 4; ++r)
+      ts.emplace_back([&, r] {
+        rc[size_t(r)] = sparrowModelStage(m[size_t(r)]);
+        if (r < 2 || rc[size_t(r)] != sparrowSuccess) return;
+        rc[size_t(r)] = staged_ready(c[size_t(r)], 10000) ? sparrowModelCommit(m[size_t(r)]) : sparrowInternalError;
+      });
+    for (auto& t : ts) t.join();
+    if (s == 5) ASSERT_EQ(rc, std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(c[2]);
+    expect_exact("step " + std::to_string(s) + ", after the drop");
+    if (s == 3) EXPECT_EQ(members(1), (std::vector<int>{0, 1, 2, 3})) << "source 1 dropped it";
+    mutate(logical, 1200 + uint64_t(s));
+    refill_sources(logical, held);
+  }
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(members(r), (std::vector<int>{0, 1, 2, 3})) << "rank " << r << " counts it out";
+    EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
 }
 
 TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepaired) {

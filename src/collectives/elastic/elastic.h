@@ -26,8 +26,9 @@
 
 namespace sparrow::coll {
 
-// The header to every other rank the root can still reach, each send bounded by the lease.
-void send_header_to_all(Engine& e, const OpWire& w, const Frame& header);
+// The header to every other rank the root can still reach (`to`: to those of them; null: every
+// rank), each send bounded by the lease.
+void send_header_to_all(Engine& e, const OpWire& w, const Frame& header, const std::vector<int>* to = nullptr);
 // The root drops `r` from the members and closes its connections (a later process in that slot
 // starts it afresh).
 void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);

@@ -89,9 +89,10 @@ void drop_member(Engine& e, int r, uint64_t seq, const std::string& why) {
                                                      "communicator: " + why));
 }
 
-void send_header_to_all(Engine& e, const OpWire& w, const Frame& header) {
+void send_header_to_all(Engine& e, const OpWire& w, const Frame& header, const std::vector<int>* to) {
   const auto d = std::min(w.deadline, transport::deadline_in(e.comm.lease_s()));
-  for (int r : other_ranks(e)) {
+  for (int r : to ? *to : other_ranks(e)) {
+    if (r == e.rank()) continue;
     if (!e.members.is_live(r) && e.members.unreachable(r)) continue;
     // Never wait on a joiner's streams: the others would wait for their header meanwhile.
     if (w.net.incomplete_joiner(r)) {

@@ -40,14 +40,18 @@ class ElasticRoot final : public RootMembership {
   ElasticRoot(Engine& e, const SparseOp& op) : e_(e), op_(op) {}
   // However the root's call ends: the store learns the slots free now (the members it dropped), for
   // joiners that do not name one.
-  ~ElasticRoot() override { publish_free_slots(e_); }
+  ~ElasticRoot() override {
+    if (op_.participants.empty()) publish_free_slots(e_);
+  }
 
   Status open(const OpWire&) override { return Status::Ok(); }  // the last operation collected its own
 
   // The members, and the ranks due a full snapshot that a member of their region seeds instead: they
   // stay listed in the header as resynced, and leave `resync` (the seeder sends theirs).
   void stamp(OpHeader& h, bool full, std::map<int, uint64_t>& resync) override {
-    stamp_elastic(e_, h, op_.members);
+    // (an operation among some ranks: the header lists every member, the receivers keep its participants)
+    stamp_elastic(e_, h, op_.participants.empty() ? op_.members : e_.members.live());
+    if (!op_.participants.empty()) h.flags |= kOpSubset;
     if (full || !kSeed.get()) return;
     for (auto it = resync.begin(); it != resync.end();) {
       const int from = it->second == 0 ? pick_seeder(op_.tree, op_.members, resync, it->first) : -1;
@@ -64,7 +68,7 @@ class ElasticRoot final : public RootMembership {
   }
 
   void send_header(const OpWire& w, Fanout& out, const Frame& header) override {
-    send_header_to_all(e_, w, header);
+    send_header_to_all(e_, w, header, op_.participants.empty() ? nullptr : &op_.participants);
     out.preconnect(transport::deadline_in(e_.comm.lease_s()));
   }
 
@@ -131,6 +135,8 @@ class ElasticReceiver final : public ReceiverMembership {
   Result<ReceivedHeader> header(Relay& relay, SparseOp& op, int root, bool* dropped) override {
     SPARROW_ASSIGN_OR_RETURN(ReceivedHeader got, elastic_header(e_, relay.wire(), root, dropped));
     op.members.assign(got.h.members.begin(), got.h.members.end());
+    if (got.h.flags & kOpSubset)  // (the header lists the communicator's members)
+      std::erase_if(op.members, [&](int r) { return !std::binary_search(op.participants.begin(), op.participants.end(), r); });
     SPARROW_ASSIGN_OR_RETURN(op.tree, e_.tree(root, double(op.dense) / 100, &op.members));
     attach(e_, relay, op.tree, root);
     return got;
@@ -156,10 +162,13 @@ void attach(Engine& e, Relay& relay, const topology::Tree& t, int root) {
   relay.preconnect(transport::deadline_in(lease));
 }
 
-Status plan_members(Engine& e, SparseOp& op, int root) {
+Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants) {
+  if (participants) op.participants = *participants;
   if (e.rank() != root) return Status::Ok();  // (from the header)
-  op.joined = admit_joiners(e, op.seq);
+  if (!participants) op.joined = admit_joiners(e, op.seq);
   op.members = e.members.live();
+  if (participants)
+    std::erase_if(op.members, [&](int r) { return !std::binary_search(participants->begin(), participants->end(), r); });
   // The tree is chosen for the expected wire size (~1% of the dense bytes), not the dense size.
   SPARROW_ASSIGN_OR_RETURN(op.tree, e.tree(root, double(op.dense) / 100, &op.members));
   return Status::Ok();

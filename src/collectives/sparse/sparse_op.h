@@ -17,13 +17,13 @@ struct SparseOp {
   // and so does its tree).
   std::vector<int> members;
   std::vector<int> joined;  // elastic, the root: the ranks admitted at this operation
-  // A fixed communicator's operation among some of its ranks only (a model's source and its
-  // receivers; the other sources skip it): the tree is built over them and the root hears from
-  // them. Empty: every rank.
+  // An operation among some of the communicator's ranks only (a model's source and its receivers;
+  // the other sources skip it): the tree is built over them (elastic: the live ones) and the root
+  // hears from them. Empty: every rank.
   std::vector<int> participants;
 };
 
-// `participants`: null for every rank (see SparseOp::participants; fixed communicators only).
+// `participants`: null for every rank (see SparseOp::participants).
 Result<SparseOp> begin_sparse(Engine& e, const std::vector<BufferArg>& bufs, int root,
                               const std::vector<int>* participants = nullptr);
 // The root's side (sparse/root.cpp). It does not wait for this operation's acknowledgements

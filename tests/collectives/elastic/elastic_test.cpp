@@ -24,6 +24,7 @@
 #include "collectives/protocol.h"
 #include "core/params.h"
 #include "gen/generator.h"
+#include "harness/comm_harness.h"
 #include "sparrow/sparrow.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
@@ -775,24 +776,7 @@ TEST(ElasticThreads, AbortedMemberIsDroppedAndTheOthersSucceed) {
 
 // Ranks as threads: 4 elastic members (lease 1 s) in regions a, b, b, b, so that under SPARROW_ALGO=chain
 // rank 1 is the adopter of rank 3 (null where an init failed).
-std::vector<sparrowComm_t> open_chain_abbb() {
-  const int n = 4;
-  const char* regions[] = {"a", "b", "b", "b"};
-  std::vector<sparrowComm_t> c(n, nullptr);
-  sparrowUniqueId id;
-  if (sparrowGetUniqueId(&id) != sparrowSuccess) return c;
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-      cfg.elastic = 1;
-      cfg.leaseMs = 1000;
-      cfg.region = regions[r];
-      (void)sparrowCommInitRankConfig(&c[size_t(r)], n, id, r, &cfg);
-    });
-  for (auto& t : ts) t.join();
-  return c;
-}
+std::vector<sparrowComm_t> open_chain_abbb() { return sparrow::test::open_elastic(4, 1000, {"a", "b", "b", "b"}); }
 
 // Ranks as threads, a chain 0 -> 1 -> 2 -> 3 with ranks 1-3 in one region; rank 2 stalls (it skips
 // a step). Rank 1's call returns at its acknowledgement, long before rank 3 gives up on rank 2, and
