@@ -48,6 +48,8 @@ def parse():
     p.add_argument("--codec", default="auto", help="comma-separated: auto (sparrow), paper (the ablation)")
     p.add_argument("--steps", type=int, default=3, help="sparse steps after the first (full) one")
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--elastic-lease-ms", type=int, default=0,
+                   help="run on an elastic communicator with this lease (0: a fixed one)")
     p.add_argument("--scenario", help="run the ranks as processes on an emulated network built from this one")
     p.add_argument("--wanemu", default=os.path.join(HERE, "..", "build", "bin", "wanemu"))
     p.add_argument("--as-host", type=int, help=argparse.SUPPRESS)  # one emulated rank: the source count
@@ -64,9 +66,16 @@ def parse():
         p.error("sizes, --steps and --sources must be positive")
     if not 0 < a.density <= 1:
         p.error("--density must be in (0, 1]")
+    if a.elastic_lease_ms and not 100 <= a.elastic_lease_ms <= 86400000:
+        p.error("--elastic-lease-ms: 0 (a fixed communicator) or 100..86400000")
     if a.scenario and not os.path.isfile(a.scenario):
         p.error(f"--scenario {a.scenario}: no such file")
     return a
+
+
+def elastic(a):
+    """The Communicator's elastic arguments (none for a fixed one)."""
+    return dict(elastic=True, lease_ms=a.elastic_lease_ms) if a.elastic_lease_ms else {}
 
 
 def config(a):
@@ -124,7 +133,7 @@ def run(a, nsrc):
     rows = [[None] * n for _ in range(a.steps + 1)]
 
     def body(r, barrier):
-        comm = sparrow.Communicator(n, uid, r)
+        comm = sparrow.Communicator(n, uid, r, **elastic(a))
         sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
             sparrow.WeightSync(comm, worker.items(), root=0, sources=list(range(nsrc)))
         for step in range(a.steps + 1):
@@ -154,7 +163,7 @@ def emulated_host(a):
     worker = layout = None
     if r >= nsrc:
         worker, layout = worker_tensors(a, {nsrc + 1: 0, nsrc + 2: 1}.get(r))
-    comm = sparrow.Communicator.from_env()
+    comm = sparrow.Communicator.from_env(**elastic(a))
     sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
         sparrow.WeightSync(comm, worker.items(), root=0, layout=layout or None, sources=list(range(nsrc)))
     g = torch.Generator().manual_seed(2)
@@ -178,8 +187,8 @@ def run_scenario(a, nsrc):
         scen = os.path.join(d, "scenario.toml")
         n = scenario_with_first(a.scenario, nsrc, scen)
         args = ["--as-host", str(nsrc), "--sources", str(nsrc)]
-        for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density"):
-            args += [f"--{k}", str(getattr(a, k))]
+        for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density", "elastic_lease_ms"):
+            args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
         ranks = run_emulated(a.wanemu, scen, __file__, args, n)
     return [[ranks[r][step] for r in range(n)] for step in range(a.steps + 1)]
 
@@ -191,6 +200,7 @@ def main():
     dense = sum(2 * torch.Size(s).numel() for s in layouts.logical_shapes(**config(a)).values())
     where = f"emulated network from {a.scenario} (sources in its first region; TP=2 workers on the 2nd and 3rd " \
             "worker hosts)" if a.scenario else "threads on loopback, 1 worker"
+    where += f", elastic (lease {a.elastic_lease_ms} ms)" if a.elastic_lease_ms else ", fixed communicator"
     print(f"model: {dense / 1e9:.2f} GB bf16, density {a.density}, {os.cpu_count()} CPUs, {where}")
     print(f"{'codec':>5} {'sources':>7} {'step':>4} {'slowest_source_s':>16} {'source_encode_s':>15} "
           f"{'worker_s':>8} {'wire_MB':>8} {'rx_whole_MB':>11} {'rx_tp_MB':>8} {'exact':>5}")

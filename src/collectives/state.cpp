@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/elastic/elastic.h"
 #include "collectives/relay.h"
 #include "collectives/sparse/stage.h"
 #include "core/log.h"

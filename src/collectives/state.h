@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <deque>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ namespace sparrow::coll {
 
 struct StagedOp;  // a sparse operation a receiver is staging in the background (sparse/stage.cpp)
 class Relay;      // collectives/relay.h
+class Heartbeat;  // collectives/elastic/elastic.h
 
 struct RootState {
   std::vector<kernels::cpu::TensorSpec> layout;
@@ -84,6 +86,11 @@ struct ElasticRecord {
   // root starts it only once every member acknowledged the last or was dropped), a dense call, the
   // operation's deadline, or the communicator's end (end_lingering()).
   std::unique_ptr<Relay> lingering;
+  // A receiver's heartbeats to the roots of operations it has not reached yet (a model's split step:
+  // several sources stream their operations at once, and a receiver takes them one after the other),
+  // by operation; each operation takes its own over when it starts (elastic/elastic.h, beat_ahead).
+  std::mutex beats_mu;
+  std::map<uint64_t, std::unique_ptr<Heartbeat>> beats_ahead;
 };
 
 class Engine {

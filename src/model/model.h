@@ -101,6 +101,7 @@ class Model {
   Status root_roll_call(const coll::OpWire& w);
   Status step_split();
   Status stage_split();   // a receiver: every operation it takes part in staged as one step
+  void beat_ahead();      // an elastic receiver: alive to every operation's source from the step's start
   Status commit_split();
   Status finish_split(Status first, bool refuse);
   void mirror_wholes();  // a receiver's whole tensors land in mirrors too

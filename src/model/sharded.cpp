@@ -108,6 +108,8 @@ Status Model::split(const coll::OpWire& w) {
   split_ = sharded() || (!ops_.empty() && (ops_.size() != 1 || int(ops_[0].participants.size()) != e_.comm.nranks()));
   for (auto& [rank, rows] : needs)
     if (rank == e_.rank()) held_ = rows;
+  // (the sources start streaming now: an elastic receiver is alive to them while it makes its mirrors)
+  if (split_ && !is_source()) beat_ahead();
   if (split_ && !is_source()) mirror_wholes();
   return Status::Ok();
 }
@@ -173,6 +175,7 @@ Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) c
 }
 
 Status Model::step_split() {
+  beat_ahead();  // (first: reading the tensors to judge drift takes a while)
   const bool refuse = !is_source() && drifted();
   const double t0 = now_s();
   // (a source that failed its roll call still sends its operations: the receivers' step then fails
@@ -188,6 +191,7 @@ Status Model::step_split() {
     if (!s.ok() && first.ok()) first = s;
     coll::add_op_stats(sum, e_.stats);
   }
+  coll::stop_beats_ahead(e_);
   sum.total_s = now_s() - t0;
   e_.stats = std::move(sum);  // the step as one (sparrowCommGetStats)
   return finish_split(std::move(first), refuse);
@@ -201,14 +205,29 @@ Status Model::stage_split() {
   for (size_t k = 0; k < ops_.size(); ++k)
     parts.push_back(
         {takes_part(k) ? op_bufs(k) : std::vector<coll::BufferArg>{}, ops_[k].source, ops_[k].participants});
-  return coll::sparse_stage_parts(e_, parts);
+  beat_ahead();  // (until each operation starts in the background; the rest end at the commit)
+  Status s = coll::sparse_stage_parts(e_, parts);
+  if (!s.ok()) coll::stop_beats_ahead(e_);
+  return s;
+}
+
+// An elastic receiver tells the source of every operation of this step it takes part in that it is
+// alive from the step's start on (elastic.h, beat_ahead): several sources stream at once, and it
+// reaches a later source's operation only once it received the earlier ones.
+void Model::beat_ahead() {
+  if (!e_.comm.elastic() || is_source()) return;
+  const uint64_t first = e_.comm.peek_seq();  // (operation k takes number first + k)
+  for (size_t k = 0; k < ops_.size(); ++k)
+    if (takes_part(k)) coll::beat_ahead(e_, e_.wire(first + k), ops_[k].source);
 }
 
 Status Model::commit_split() {
   // (a commit with nothing staged is a no-op, as for one source; drift is judged now, before writing)
   if (!coll::stage_progress(e_).pending) return Status::Ok();
   const bool refuse = drifted();
-  return finish_split(coll::stage_commit(e_), refuse);
+  Status s = coll::stage_commit(e_);  // (the staged operations took their heartbeats over)
+  coll::stop_beats_ahead(e_);
+  return finish_split(std::move(s), refuse);
 }
 
 // After every operation of a step: a receiver whose tensors were written to is refused and repaired at

@@ -757,6 +757,42 @@ TEST(ModelSync, TwoSourcesOnAnElasticCommunicatorAgreeOnTheMembersAndGoOn) {
   }
 }
 
+// Several sources stream at once, and a receiver takes their operations one after the other: here
+// making its mirrors (256 MB) and receiving source 0's rows (a first full version) take the receiver
+// far longer than the lease (500 ms), while source 1's one row is sent at once. Source 1 must not
+// drop the receiver meanwhile: the receiver tells it that it is alive from the moment the sources
+// start (without that, source 1 dropped it in 3 of 4 runs on a 2-core VM).
+TEST(ModelSync, OnAnElasticCommunicatorALaterSourceWaitsForAReceiverBusyWithAnEarlierOne) {
+  std::vector<sparrowComm_t> c = open_elastic(3, 500);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  const size_t rows = 8192, cols = 16384;
+  std::vector<std::vector<Held>> held = {{Held("w#0", {rows - 1, cols})}, {Held("w#1", {1, cols})}, {Held("w", {rows, cols})}};
+  held[0][0].piece("w", 0, 0, rows - 1, 0);
+  held[1][0].piece("w", 0, rows - 1, rows, 0);
+  uint64_t seed = 3;
+  for (int s = 0; s < 2; ++s)
+    for (auto& x : held[size_t(s)][0].data) x = uint16_t(rng_next(seed));
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(3);
+  for (int r = 0; r < 3; ++r)
+    ASSERT_EQ(make_sharded(&m[size_t(r)], c[size_t(r)], held[size_t(r)], src), sparrowSuccess) << "rank " << r;
+  std::vector<sparrowResult_t> rc(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
+  for (auto& t : ts) t.join();
+  ASSERT_EQ(rc, std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(c[2]);
+  const Bf16& got = held[2][0].data;
+  EXPECT_TRUE(std::equal(held[0][0].data.begin(), held[0][0].data.end(), got.begin()));
+  EXPECT_TRUE(std::equal(held[1][0].data.begin(), held[1][0].data.end(), got.end() - long(cols)));
+  for (int r = 0; r < 3; ++r) {
+    int live[4], nlive = 0;
+    EXPECT_EQ(sparrowCommGetMembers(c[size_t(r)], live, 4, &nlive), sparrowSuccess);
+    EXPECT_EQ(nlive, 3) << "rank " << r << ": nobody dropped";
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+}
+
 TEST(ModelSync, WithTwoSourcesAReceiverThatWroteIntoItsTensorsIsRefusedThenRepaired) {
   Comms comms(4);
   std::vector<Held> logical = trainer(25);

@@ -96,6 +96,17 @@ class Heartbeat {
   std::thread t_;
 };
 
+// A receiver that will take part in operation `w.seq` of root `root` after others it takes part in
+// first (a model's split step) tells that root it is alive from now on, not only from the operation's
+// start: the root's lease on it runs from its own stream, which may be long before the receiver
+// reaches its operation. The operation's start takes these heartbeats over; stop_beats_ahead() ends
+// those of operations never reached (a step that ended early). Calling it again for the same
+// operation keeps the heartbeats already running.
+void beat_ahead(Engine& e, const OpWire& w, int root);
+void stop_beats_ahead(Engine& e);
+// Operation w.seq's heartbeats to `root`: those beat_ahead() started, or new ones.
+std::unique_ptr<Heartbeat> heartbeats_for(Engine& e, const OpWire& w, int root);
+
 // The root's header of an elastic operation names the live members and where rejoined ones are now.
 void stamp_elastic(const Engine& e, OpHeader& h, const std::vector<int>& members);
 

@@ -170,6 +170,34 @@ Heartbeat::Heartbeat(const OpWire& w, int root, double lease_s) {
   });
 }
 
+void beat_ahead(Engine& e, const OpWire& w, int root) {
+  std::lock_guard<std::mutex> lk(e.elastic.beats_mu);
+  auto& beats = e.elastic.beats_ahead[w.seq];
+  if (!beats) beats = std::make_unique<Heartbeat>(w, root, e.comm.lease_s());  // (one already beating goes on)
+}
+
+void stop_beats_ahead(Engine& e) {
+  std::map<uint64_t, std::unique_ptr<Heartbeat>> left;
+  {
+    std::lock_guard<std::mutex> lk(e.elastic.beats_mu);
+    left.swap(e.elastic.beats_ahead);
+  }
+  left.clear();  // (each stops and joins its thread, outside the lock)
+}
+
+std::unique_ptr<Heartbeat> heartbeats_for(Engine& e, const OpWire& w, int root) {
+  {
+    std::lock_guard<std::mutex> lk(e.elastic.beats_mu);
+    auto it = e.elastic.beats_ahead.find(w.seq);
+    if (it != e.elastic.beats_ahead.end()) {
+      auto beats = std::move(it->second);
+      e.elastic.beats_ahead.erase(it);
+      return beats;
+    }
+  }
+  return std::make_unique<Heartbeat>(w, root, e.comm.lease_s());
+}
+
 void Heartbeat::stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);

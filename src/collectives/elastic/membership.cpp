@@ -49,8 +49,7 @@ class ElasticRoot final : public RootMembership {
   // The members, and the ranks due a full snapshot that a member of their region seeds instead: they
   // stay listed in the header as resynced, and leave `resync` (the seeder sends theirs).
   void stamp(OpHeader& h, bool full, std::map<int, uint64_t>& resync) override {
-    // (an operation among some ranks: the header lists every member, the receivers keep its participants)
-    stamp_elastic(e_, h, op_.participants.empty() ? op_.members : e_.members.live());
+    stamp_elastic(e_, h, listed());
     if (!op_.participants.empty()) h.flags |= kOpSubset;
     if (full || !kSeed.get()) return;
     for (auto it = resync.begin(); it != resync.end();) {
@@ -115,6 +114,17 @@ class ElasticRoot final : public RootMembership {
   }
 
  private:
+  // The members the header lists: an operation among some ranks lists the communicator's (its own
+  // members, and the live ranks outside it), and its receivers keep those among its participants.
+  std::vector<int> listed() const {
+    if (op_.participants.empty()) return op_.members;
+    std::vector<int> v = op_.members;
+    for (int r : e_.members.live())
+      if (!std::binary_search(op_.participants.begin(), op_.participants.end(), r)) v.push_back(r);
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+
   Engine& e_;
   const SparseOp& op_;
   Parts parts_;
@@ -129,7 +139,7 @@ class ElasticReceiver final : public ReceiverMembership {
   std::unique_ptr<Relay> relay(const SparseOp& op) override {
     return std::make_unique<Relay>(e_.wire(op.seq), -1, std::vector<int>{});
   }
-  void started(const OpWire& w, int root) override { alive_.emplace(w, root, e_.comm.lease_s()); }
+  void started(const OpWire& w, int root) override { alive_ = heartbeats_for(e_, w, root); }
   void acknowledging() override { alive_.reset(); }  // the root stops listening for heartbeats then
 
   Result<ReceivedHeader> header(Relay& relay, SparseOp& op, int root, bool* dropped) override {
@@ -148,7 +158,7 @@ class ElasticReceiver final : public ReceiverMembership {
 
  private:
   Engine& e_;
-  std::optional<Heartbeat> alive_;
+  std::unique_ptr<Heartbeat> alive_;
 };
 
 }  // namespace
