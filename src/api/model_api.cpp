@@ -17,7 +17,7 @@
 struct sparrowModel {
   sparrowComm* comm;
   std::unique_ptr<sparrow::model::Model> impl;
-  std::vector<const void*> device_whole;  // whole local tensors in device memory (synchronised first)
+  std::vector<const void*> device_tensors;  // local tensors in device memory (synchronised first)
 };
 
 using namespace sparrow::api;
@@ -64,10 +64,11 @@ sparrow::Result<sparrow::model::LocalTensor> to_local(const sparrowTensor_t& t, 
   return out;
 }
 
-// Device memory among the whole tensors: the step starts after the work queued on the device.
+// Device memory among the tensors (whole or with pieces): the step starts after the work queued on the
+// device, so that what it reads (a source's rows, a receiver's pieces) is what the caller wrote.
 sparrow::Status sync_device(const sparrowModel* m) {
   auto* dev = sparrow::kernels::device_ops();
-  if (!dev || m->device_whole.empty()) return sparrow::Status::Ok();
+  if (!dev || m->device_tensors.empty()) return sparrow::Status::Ok();
   return sparrow::kernels::device_error(dev, dev->sync_stream(nullptr), "waiting for the device");
 }
 
@@ -102,11 +103,11 @@ SPARROW_EXPORT sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, 
   if (!pin) return fail(dead_handle("sparrowModelCreate", comm));
   std::vector<sparrow::model::LocalTensor> locals;
   auto* dev = sparrow::kernels::device_ops();
-  std::vector<const void*> device_whole;
+  std::vector<const void*> device_tensors;
   for (int i = 0; i < ntensors; ++i) {
     auto t = to_local(tensors[i], i);
     if (!t.ok()) return fail(t.status(), comm);
-    if (t->pieces.empty() && sparrow::kernels::is_device(dev, t->data)) device_whole.push_back(t->data);
+    if (sparrow::kernels::is_device(dev, t->data)) device_tensors.push_back(t->data);
     locals.push_back(std::move(*t));
   }
   sparrow::Result<std::unique_ptr<sparrow::model::Model>> made = sparrow::InternalError("not run");
@@ -116,7 +117,7 @@ SPARROW_EXPORT sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, 
     return made.status();
   });
   if (!s.ok()) return fail(sparrow::Status(s.code(), "sparrowModelCreate: " + s.message()), comm);
-  auto* m = new sparrowModel{comm, std::move(made.value()), std::move(device_whole)};
+  auto* m = new sparrowModel{comm, std::move(made.value()), std::move(device_tensors)};
   std::lock_guard<std::mutex> lk(g_models_mu);
   g_models.insert(m);
   *model = m;

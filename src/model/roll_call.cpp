@@ -70,6 +70,10 @@ Status Model::root_roll_call(const coll::OpWire& w) {
   std::vector<int> heard;
   for (int s : sources_) {
     if (s == root_) continue;
+    if (!e_.members.is_live(s)) {  // (dropped by another operation on this communicator: a lease ran out)
+      if (verdict.ok()) verdict = lost_source(s, Error(Code::kPeerLost, "the root dropped it from the elastic communicator"));
+      continue;
+    }
     auto bytes = w.recv(s, kRollSub);
     auto counted = bytes.ok() ? decode_ranks(*bytes, e_.comm.nranks()) : Result<std::vector<int>>(bytes.status());
     if (!counted.ok()) {

@@ -674,6 +674,7 @@ TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
   for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after the repair");
   for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
   EXPECT_GT(fd.dev.scatters.load(), 0);
+  EXPECT_GT(fd.dev.syncs.load(), 0) << "a step waits for the work queued on the device first";
 
   // Writes to the device that fail (every one, for the step): the shards' step fails with the device's
   // error, the sources' succeeds, and the next step rewrites what differs.
