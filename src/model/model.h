@@ -89,6 +89,9 @@ class Model {
   void each_piece_of(size_t t, F&& f) const;  // f(logical, piece) for every piece held in local t
   bool has_pieces(size_t t) const;
   uint64_t runs_sum(size_t t, const uint8_t* view) const;  // checksum of local t's runs, read at `view`
+  // Device tensor t holds what was last projected into it, by block sums computed on the device
+  // (false when unknown or they differ, padding included).
+  bool device_unchanged(size_t t) const;
   void read_version();
   // Several sources, or receivers that need different rows (sharded.cpp): the agreement on the
   // merged parts, the step (its operations, each among a source and some receivers), the receivers'
@@ -127,6 +130,7 @@ class Model {
   std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> mirrors_;  // per logical tensor (empty: whole)
   uint64_t version_ = 0, projected_ = 0;
   mutable std::vector<uint8_t, BigAlloc<uint8_t>> scratch_;  // host copy of a device tensor
+  std::vector<std::vector<uint64_t>> device_sums_;  // device tensors: block sums of what was projected
 };
 
 // A model's agreement is an operation of its own: sources send their parts to the root (kPartSub),

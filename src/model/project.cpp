@@ -3,12 +3,15 @@
 // before it (the user may have written into them) and writes into them after it (the changed bytes
 // only), and the checksums a split step keeps of them. A piece in host memory is compared and written
 // in place. A piece in device memory (an inference engine's weights on its GPU) is read back to the
-// host once per pass (one copy of its tensor), compared there, and only the changed elements are
-// written to the device (one scatter of their positions and values), never the whole tensor.
+// host for the projection (one copy of its tensor), compared there, and only the changed elements are
+// written to the device (one scatter of their positions and values), never the whole tensor. Before a
+// step, whether it still holds what was projected is judged by block sums computed on the device
+// (only the sums cross to the host); it is read back only when they differ.
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
+#include "format/block_sum.h"
 #include "format/checkpoint.h"
 #include "format/digest.h"
 #include "kernels/device.h"
@@ -20,6 +23,14 @@ namespace {
 bool on_device(const LocalTensor& t) { return kernels::is_device(kernels::device_ops(), t.data); }
 
 uint64_t bytes_of(const LocalTensor& t) { return t.numel() * format::dtype_size(t.dtype); }
+
+constexpr size_t kSumBlock = size_t(1) << 20;  // a device tensor's block sums: one per MiB
+
+std::vector<uint64_t> block_sums_of(const uint8_t* p, size_t bytes) {
+  std::vector<uint64_t> v;
+  for (size_t off = 0; off < bytes; off += kSumBlock) v.push_back(format::block_sum(p + off, std::min(kSumBlock, bytes - off)));
+  return v;
+}
 
 // The changed elements of a device tensor, as one scatter writes them: positions (elements from
 // `base`, below 2^32) and their new values.
@@ -91,9 +102,17 @@ bool Model::has_pieces(size_t t) const {
   return any;
 }
 
+bool Model::device_unchanged(size_t t) const {
+  if (t >= device_sums_.size() || device_sums_[t].empty()) return false;
+  auto* dev = kernels::device_ops();
+  std::vector<uint64_t> now(device_sums_[t].size());
+  if (dev->block_sums(locals_[t].data, bytes_of(locals_[t]), kSumBlock, now.data()) != 0) return false;
+  return now == device_sums_[t];
+}
+
 Status Model::mirror_pieces() {
   for (size_t t = 0; t < locals_.size(); ++t) {
-    if (!has_pieces(t)) continue;
+    if (!has_pieces(t) || (on_device(locals_[t]) && device_unchanged(t))) continue;  // (the mirror holds it)
     SPARROW_ASSIGN_OR_RETURN(const uint8_t* view, host_view(t));
     each_piece_of(t, [&](size_t l, size_t i) { copy_changed(runs_[l][i], view, mirrors_[l].data(), false); });
   }
@@ -103,9 +122,11 @@ Status Model::mirror_pieces() {
 Status Model::project_pieces() {
   projected_ = 0;
   sums_.assign(locals_.size(), 0);
+  device_sums_.resize(locals_.size());
   for (size_t t = 0; t < locals_.size(); ++t) {
     if (!has_pieces(t)) continue;
     const LocalTensor& lt = locals_[t];
+    device_sums_[t].clear();  // (known again once the write succeeded)
     uint8_t* view = static_cast<uint8_t*>(lt.data);
     if (on_device(lt)) {
       SPARROW_ASSIGN_OR_RETURN(const uint8_t* copy, host_view(t));
@@ -126,6 +147,7 @@ Status Model::project_pieces() {
     if (failed.ok() && on_device(lt)) failed = write_patch(lt, format::dtype_size(lt.dtype), patch);
     SPARROW_RETURN_IF_ERROR(failed);
     sums_[t] = runs_sum(t, view);
+    if (on_device(lt)) device_sums_[t] = block_sums_of(view, bytes_of(lt));  // (`view`: what the device holds)
   }
   return Status::Ok();
 }
@@ -141,8 +163,8 @@ uint64_t Model::runs_sum(size_t t, const uint8_t* view) const {
 bool Model::drifted() const {
   if (sums_.empty() || repair_) return false;  // nothing projected yet, or a repair is due anyway
   for (size_t t = 0; t < locals_.size(); ++t) {
-    if (!has_pieces(t)) continue;
-    auto view = host_view(t);
+    if (!has_pieces(t) || (on_device(locals_[t]) && device_unchanged(t))) continue;
+    auto view = host_view(t);  // (device: its sums differ, maybe only outside the pieces: read it)
     if (!view.ok() || runs_sum(t, *view) != sums_[t]) return true;  // (unreadable: refused, nothing written)
   }
   return false;

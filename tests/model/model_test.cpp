@@ -658,7 +658,12 @@ TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
     refill_sources(logical, held);
   };
   for (int s = 1; s <= 3; ++s) {
+    const int copies = fd.dev.copies.load(), sums = fd.dev.block_sum_calls.load();
     ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
+    // After the first step, one read of each of the shards' 3 tensors per step (the projection's);
+    // whether they still hold what was projected is judged by block sums on the device.
+    if (s > 1) EXPECT_EQ(fd.dev.copies.load() - copies, 6) << "step " << s;
+    if (s > 1) EXPECT_EQ(fd.dev.block_sum_calls.load() - sums, 6) << "step " << s;
     for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "step " + std::to_string(s));
     next(800 + uint64_t(s));
   }
