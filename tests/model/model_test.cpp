@@ -379,6 +379,15 @@ TEST(ModelSync, ALayoutThatDoesNotFitFailsEveryRankNamingTheTensor) {
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
+// sparrowModelSync on models 0..ranks-1 at once (ranks as threads); each one's result.
+std::vector<sparrowResult_t> sync_first(const std::vector<sparrowModel_t>& m, int ranks) {
+  std::vector<sparrowResult_t> rc(static_cast<size_t>(ranks));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < ranks; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
+  for (auto& t : ts) t.join();
+  return rc;
+}
+
 // On an elastic communicator a worker that dies between steps is dropped; the trainer and the TP
 // workers go on, bit-exact.
 TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
@@ -388,13 +397,7 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   std::vector<std::vector<Held>> held = {trainer(13), tp_worker(0), tp_worker(1), trainer(99)};
   std::vector<sparrowModel_t> m(n);
   for (int r = 0; r < n; ++r) ASSERT_EQ(make_model(&m[size_t(r)], c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
-  auto step = [&](int ranks) {
-    std::vector<sparrowResult_t> rc(static_cast<size_t>(ranks));
-    std::vector<std::thread> ts;
-    for (int r = 0; r < ranks; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
-    for (auto& t : ts) t.join();
-    return rc;
-  };
+  auto step = [&](int ranks) { return sync_first(m, ranks); };
   ASSERT_EQ(step(n), std::vector<sparrowResult_t>(n, sparrowSuccess));
   EXPECT_EQ(sparrowModelDestroy(m[3]), sparrowSuccess);
   EXPECT_EQ(sparrowCommAbort(c[3]), sparrowSuccess);  // the whole-tensor worker dies
@@ -713,13 +716,7 @@ TEST(ModelSync, TwoSourcesOnAnElasticCommunicatorAgreeOnTheMembersAndGoOn) {
   std::vector<sparrowModel_t> m(n);
   for (int r = 0; r < n; ++r)
     ASSERT_EQ(make_sharded(&m[size_t(r)], c[size_t(r)], held[size_t(r)], src), sparrowSuccess) << "rank " << r;
-  auto step = [&](int ranks) {
-    std::vector<sparrowResult_t> rc(static_cast<size_t>(ranks));
-    std::vector<std::thread> ts;
-    for (int r = 0; r < ranks; ++r) ts.emplace_back([&, r] { rc[size_t(r)] = sparrowModelSync(m[size_t(r)]); });
-    for (auto& t : ts) t.join();
-    return rc;
-  };
+  auto step = [&](int ranks) { return sync_first(m, ranks); };
   auto members = [&](int r) {
     int live[8], nlive = 0;
     EXPECT_EQ(sparrowCommGetMembers(c[size_t(r)], live, 8, &nlive), sparrowSuccess);
