@@ -584,7 +584,7 @@ void expect_both_shards(const std::vector<Held>& root, const std::vector<Held>& 
 // Receivers whose tensors are in device memory, one source, a step as one operation: a fused, padded
 // layout gets the projection written on the device (its padding never), a whole-tensor receiver
 // receives in place; a piece the user wrote into is refused, nothing written, and repaired at the next
-// step; a staged step reaches the device only at the commit.
+// step; a staged step reaches the device only at the commit; a write into padding only is no drift.
 TEST(ModelSync, ReceiversWhoseTensorsAreInDeviceMemoryGetTheStepWrittenThere) {
   FakeDeviceScope fd;
   Comms comms(3);
@@ -635,12 +635,21 @@ TEST(ModelSync, ReceiversWhoseTensorsAreInDeviceMemoryGetTheStepWrittenThere) {
   ASSERT_EQ(rc, std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[1]);
   expect_held("after the commit");
   for (int r = 0; r < 3; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 6u);
+
+  // A write into padding only (embed.1's row 4: vocabulary row 10 of 10) is not a drift: the step
+  // succeeds and the padding keeps what the user wrote.
+  fused.flip(5, 17);
+  mutate(held[0], 800);
+  ASSERT_EQ(sync(), std::vector<sparrowResult_t>(3, sparrowSuccess)) << sparrowGetLastError(comms.c[1]);
+  EXPECT_EQ(fused.pull()[5].data[17], uint16_t(0xdead ^ 1)) << "padding is never written";
+  fused.flip(5, 17);
+  expect_held("after a write into padding");
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
 // The same for a split step: two sources, TP shards in device memory receiving their rows only; a
 // shard the user wrote into is refused, nothing written, and repaired at the next step; so is one
-// whose write to the device failed.
+// whose write to the device failed; a write into padding only is no drift.
 TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
   FakeDeviceScope fd;
   Comms comms(4);
@@ -696,6 +705,15 @@ TEST(ModelSync, TensorParallelShardsInDeviceMemoryGetTheirRowsFromTwoSources) {
   ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
   for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after a failed write");
   for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 7u) << "rank " << r;
+
+  // A write into padding only (tp 1's embed row 4: vocabulary row 10 of 10) is not a drift: the step
+  // succeeds and the padding keeps what the user wrote.
+  tp[1].flip(2, 17);
+  next(1200);
+  ASSERT_EQ(sync(), std::vector<sparrowResult_t>(4, sparrowSuccess)) << sparrowGetLastError(comms.c[3]);
+  EXPECT_EQ(tp[1].pull()[2].data[17], uint16_t(0xdead ^ 1)) << "padding is never written";
+  tp[1].flip(2, 17);
+  for (int t = 0; t < 2; ++t) expect_projection(logical, tp[size_t(t)].pull(), t, "after a write into padding");
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
