@@ -82,7 +82,8 @@ class Model {
   const uint8_t* logical_bytes(size_t l) const;  // where this rank holds logical tensor l
   // project.cpp: a receiver's pieces (host or device memory) and its mirrors.
   Status mirror_pieces();                // local pieces -> mirror where they differ (before a step)
-  // mirror -> local pieces where they differ (after one), and the pieces' checksums (sums_).
+  // mirror -> local pieces where they differ (after one), and what drift is judged by: a split step's
+  // checksums of the pieces (sums_), a device tensor's block sums (device_sums_).
   Status project_pieces();
   Result<const uint8_t*> host_view(size_t t) const;  // local tensor t's bytes (device: a host copy)
   template <class F>
@@ -120,7 +121,7 @@ class Model {
   std::vector<SplitOp> ops_;  // a split step's operations (split.h), the same on every rank
   bool split_ = false;        // a step runs ops_ (else: one operation of every tensor whole)
   std::vector<Slice> held_;   // a receiver: the rows it needs (and holds) of each logical tensor
-  std::vector<uint64_t> sums_;  // a receiver's local tensors: checksums of what was projected
+  std::vector<uint64_t> sums_;  // a split receiver's local tensors: checksums of what was projected
   bool repair_ = false;         // ... one of them was written to: the next step rewrites them
 
   bool agreed_ = false;

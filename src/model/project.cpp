@@ -121,14 +121,15 @@ Status Model::mirror_pieces() {
 
 Status Model::project_pieces() {
   projected_ = 0;
-  sums_.assign(locals_.size(), 0);
+  sums_.assign(split_ ? locals_.size() : 0, 0);  // (only a split step judges drift by them)
   device_sums_.resize(locals_.size());
   for (size_t t = 0; t < locals_.size(); ++t) {
     if (!has_pieces(t)) continue;
     const LocalTensor& lt = locals_[t];
+    const bool device = on_device(lt);
     device_sums_[t].clear();  // (known again once the write succeeded)
     uint8_t* view = static_cast<uint8_t*>(lt.data);
-    if (on_device(lt)) {
+    if (device) {
       SPARROW_ASSIGN_OR_RETURN(const uint8_t* copy, host_view(t));
       view = const_cast<uint8_t*>(copy);  // (scratch_: this rank's own host copy)
     }
@@ -136,7 +137,7 @@ Status Model::project_pieces() {
     Status failed;
     each_piece_of(t, [&](size_t l, size_t i) {
       if (!failed.ok()) return;
-      if (!on_device(lt)) {
+      if (!device) {
         projected_ += copy_changed(runs_[l][i], mirrors_[l].data(), view, true);
         return;
       }
@@ -144,10 +145,10 @@ Status Model::project_pieces() {
       if (n.ok()) projected_ += *n;
       else failed = n.status();
     });
-    if (failed.ok() && on_device(lt)) failed = write_patch(lt, format::dtype_size(lt.dtype), patch);
+    if (failed.ok() && device) failed = write_patch(lt, format::dtype_size(lt.dtype), patch);
     SPARROW_RETURN_IF_ERROR(failed);
-    sums_[t] = runs_sum(t, view);
-    if (on_device(lt)) device_sums_[t] = block_sums_of(view, bytes_of(lt));  // (`view`: what the device holds)
+    if (split_) sums_[t] = runs_sum(t, view);
+    if (device) device_sums_[t] = block_sums_of(view, bytes_of(lt));  // (`view`: what the device holds)
   }
   return Status::Ok();
 }
