@@ -58,10 +58,7 @@ Status Model::roll_call() {
   auto ack = verdict.ok() ? coll::Ack::decode(*verdict, "rank " + std::to_string(root_))
                           : Result<coll::Ack>(verdict.status());
   if (!ack.ok()) return lost_source(root_, ack.status());
-  for (int r : e_.members.assign(std::vector<int32_t>(ranks->begin(), ranks->end())))
-    if (r != e_.rank())
-      e_.comm.net().disconnect(r, Status(Code::kPeerLost, "rank " + std::to_string(r) +
-                                                              " was dropped from the elastic communicator by a source"));
+  coll::adopt_members(e_, std::vector<int32_t>(ranks->begin(), ranks->end()));
   return ack->status;
 }
 

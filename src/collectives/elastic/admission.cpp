@@ -78,7 +78,11 @@ void apply_membership(Engine& e, const OpHeader& h) {
     if (p.rank != e.rank() && p.rank >= 0 && p.rank < e.comm.nranks() &&
         e.comm.ranks()[size_t(p.rank)].address != p.address)
       e.comm.set_place(p.rank, info_of(p, e.comm.net().nstreams(), e.comm));
-  for (int r : e.members.assign(h.members))
+  adopt_members(e, h.members);
+}
+
+void adopt_members(Engine& e, const std::vector<int32_t>& live) {
+  for (int r : e.members.assign(live))
     if (r != e.rank())
       e.comm.net().disconnect(r, Status(Code::kPeerLost, "rank " + std::to_string(r) + " was dropped from the "
                                                          "elastic communicator by the root"));

@@ -41,6 +41,9 @@ std::vector<int> admit_joiners(Engine& e, uint64_t seq);
 void publish_free_slots(Engine& e);
 // A receiver applies an elastic header's membership: rejoined ranks' new places, drops.
 void apply_membership(Engine& e, const OpHeader& h);
+// A rank takes the root's list of members (`live`) as its own and closes its connections to the
+// ranks it drops.
+void adopt_members(Engine& e, const std::vector<int32_t>& live);
 // sparrowCommJoin's second half, on the joiner: its request to rank 0 and rank 0's welcome.
 Status join(Engine& e);
 // This operation's acknowledgements from `expect` (members), serving re-attach requests from `parts`
