@@ -488,6 +488,35 @@ TEST(ModelSync, TwoSourcesEachSendTheirRowsAndReceiversGetOneVersion) {
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
+// A rank's tensors moved into device memory (FakeDevice: the host cannot touch it), as an inference
+// engine or an FSDP trainer holds them on its GPU. `push` copies `held` to the device, `pull` back.
+struct OnDevice {
+  FakeDevice& dev;
+  std::vector<Held>& held;
+  std::vector<void*> ptr;
+  OnDevice(FakeDevice& d, std::vector<Held>& h) : dev(d), held(h) {
+    for (auto& x : held) ptr.push_back(dev.malloc_device(x.data.size() * 2));
+    push();
+  }
+  std::vector<sparrowTensor_t> tensors() {
+    auto ts = tensors_of(held);
+    for (size_t i = 0; i < ts.size(); ++i) ts[i].data = ptr[i];
+    return ts;
+  }
+  void push() {
+    for (size_t i = 0; i < held.size(); ++i) dev.upload(ptr[i], held[i].data.data(), held[i].data.size() * 2);
+  }
+  std::vector<Held>& pull() {
+    for (size_t i = 0; i < held.size(); ++i) dev.download(held[i].data.data(), ptr[i], held[i].data.size() * 2);
+    return held;
+  }
+  void flip(size_t tensor, size_t elem) {  // the user writes into one element
+    pull();
+    held[tensor].data[elem] ^= 1;
+    push();
+  }
+};
+
 // The same with the sources' rows in device memory (an FSDP trainer's shards live on its GPUs; here
 // the test's FakeDevice, which the host cannot touch): each source extracts and sends its rows from
 // the device, the receivers (host) get them bit-exact.
@@ -499,23 +528,11 @@ TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
                                          {Held("v", {4, 4}), Held("emb", {10, 4}), Held("q", {8, 4})},
                                          tp_worker(0)};
   // The sources' tensors point into device memory holding their rows.
-  std::vector<std::vector<void*>> dev(2);
-  auto upload = [&] {
-    for (int part = 0; part < 2; ++part)
-      for (size_t i = 0; i < held[size_t(part)].size(); ++i) {
-        const Bf16& d = held[size_t(part)][i].data;
-        fd.dev.upload(dev[size_t(part)][i], d.data(), d.size() * 2);
-      }
-  };
-  for (int part = 0; part < 2; ++part)
-    for (auto& h : held[size_t(part)]) dev[size_t(part)].push_back(fd.dev.malloc_device(h.data.size() * 2));
-  upload();
+  std::vector<OnDevice> dev = {OnDevice(fd.dev, held[0]), OnDevice(fd.dev, held[1])};
   const std::vector<int> src = {0, 1};
   std::vector<sparrowModel_t> m(4);
   for (int r = 0; r < 4; ++r) {
-    auto ts = tensors_of(held[size_t(r)]);
-    if (r < 2)
-      for (size_t i = 0; i < ts.size(); ++i) ts[i].data = dev[size_t(r)][i];
+    auto ts = r < 2 ? dev[size_t(r)].tensors() : tensors_of(held[size_t(r)]);
     ASSERT_EQ(sparrowModelCreateSharded(&m[size_t(r)], comms.c[size_t(r)], ts.data(), int(ts.size()), 0, src.data(), 2),
               sparrowSuccess)
         << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
@@ -529,40 +546,11 @@ TEST(ModelSync, SourcesWhoseRowsAreInDeviceMemorySendThemFromThere) {
     expect_source_digests_add_up(m, logical);  // (the sources' rows read back from the device)
     mutate(logical, 400 + uint64_t(s));
     refill_sources(logical, held);
-    upload();
+    for (auto& d : dev) d.push();
   }
   EXPECT_GT(fd.dev.extract_chunk_calls.load() + fd.dev.extracts.load(), 0) << "the sources extracted on the device";
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
-
 }
-
-// A rank's tensors moved into device memory (FakeDevice: the host cannot touch it), as an inference
-// engine holds its weights on its GPU. `pull` copies them back into `held` for the checks.
-struct OnDevice {
-  FakeDevice& dev;
-  std::vector<Held>& held;
-  std::vector<void*> ptr;
-  OnDevice(FakeDevice& d, std::vector<Held>& h) : dev(d), held(h) {
-    for (auto& x : held) {
-      ptr.push_back(dev.malloc_device(x.data.size() * 2));
-      dev.upload(ptr.back(), x.data.data(), x.data.size() * 2);
-    }
-  }
-  std::vector<sparrowTensor_t> tensors() {
-    auto ts = tensors_of(held);
-    for (size_t i = 0; i < ts.size(); ++i) ts[i].data = ptr[i];
-    return ts;
-  }
-  std::vector<Held>& pull() {
-    for (size_t i = 0; i < held.size(); ++i) dev.download(held[i].data.data(), ptr[i], held[i].data.size() * 2);
-    return held;
-  }
-  void flip(size_t tensor, size_t elem) {  // the user writes into one element
-    pull();
-    held[tensor].data[elem] ^= 1;
-    dev.upload(ptr[tensor], held[tensor].data.data(), held[tensor].data.size() * 2);
-  }
-};
 
 // Both TP shards of an engine on one rank (tensors "qkv_proj.0" ... "embed.1"): every row, fused and
 // padded, so that a step need not be split.
