@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Sharded sources: the trainer's model held by 1, 2 or 4 source ranks (FSDP-style row ranges), each
-sending its own rows, against one worker holding the whole model (ranks as threads, loopback).
+"""Sharded sources: the trainer's model held by 1, 2 or 4 source ranks, each sending its own part,
+against one worker holding the whole model (ranks as threads, loopback). --trainer fsdp: each source
+holds a row range (dim 0) of every tensor, as views; --trainer tp: each holds a Megatron-style
+tensor-parallel shard of degree N (the engine layout of its TP rank: fused column-parallel qkv and
+gate_up, row-parallel o and down as columns of every row, vocabulary rows), norms on source 0 only.
 
 Per configuration and step: the slowest source's call (until its part was handed to the transport:
 extraction, encoding and queueing of its rows), the sources' encode seconds (the slowest), the
@@ -48,6 +51,8 @@ def parse():
     p.add_argument("--codec", default="auto", help="comma-separated: auto (sparrow), paper (the ablation)")
     p.add_argument("--steps", type=int, default=3, help="sparse steps after the first (full) one")
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--trainer", default="fsdp", choices=("fsdp", "tp"),
+                   help="how the sources shard the model: row ranges (fsdp) or tensor-parallel shards (tp)")
     p.add_argument("--elastic-lease-ms", type=int, default=0,
                    help="run on an elastic communicator with this lease (0: a fixed one)")
     p.add_argument("--scenario", help="run the ranks as processes on an emulated network built from this one")
@@ -88,17 +93,41 @@ def trainer_model(a):
     return {n: torch.randn(s, generator=g).to(torch.bfloat16) for n, s in layouts.logical_shapes(**config(a)).items()}
 
 
-def source_sync(comm, model, r, nsrc):
-    """Source r of nsrc: its rows [start, stop) of every tensor, as views."""
+def tp_shard(a, model, r, nsrc):
+    """Source r of a TP=nsrc trainer: its tensors (copies) and their layout; norms on source 0."""
+    shapes, layout = layouts.decoder(**config(a), tp_rank=r, tp_size=nsrc)
+    tensors = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items() if n in layout or r == 0}
+    layout = {n: p for n, p in layout.items() if n in tensors}
+    refill(tensors, layout, model)
+    return tensors, layout
+
+
+def refill(tensors, layout, model):
+    """A TP source's tensors take the model's current weights (outside the timed step)."""
+    for name, t in tensors.items():
+        if name not in layout:
+            t.copy_(model[name])
+        for pc in layout.get(name, []):
+            n = pc.stop - pc.start
+            t.narrow(pc.dim, pc.offset, n).copy_(model[pc.logical].narrow(pc.dim, pc.start, n))
+
+
+def source_sync(a, comm, model, r, nsrc):
+    """Source r of nsrc: its rows [start, stop) of every tensor, as views (fsdp), or its TP shard
+    (tp: returns the sync and a function that refills the shard from the model)."""
     if nsrc == 1:  # one source: the whole tensors, as a single trainer holds them
-        return sparrow.WeightSync(comm, model.items(), root=0)
+        return sparrow.WeightSync(comm, model.items(), root=0), lambda: None
+    if a.trainer == "tp":
+        tensors, layout = tp_shard(a, model, r, nsrc)
+        sync = sparrow.WeightSync(comm, tensors.items(), root=0, layout=layout, sources=list(range(nsrc)))
+        return sync, lambda: refill(tensors, layout, model)
     tensors, layout = [], {}
     for name, t in model.items():
         start, stop = t.shape[0] * r // nsrc, t.shape[0] * (r + 1) // nsrc
         if start < stop:
             tensors.append((f"{name}#{r}", t[start:stop]))
             layout[f"{name}#{r}"] = [sparrow.Piece(name, 0, start, stop)]
-    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(nsrc)))
+    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(nsrc))), lambda: None
 
 
 def worker_tensors(a, tp_rank):
@@ -134,11 +163,14 @@ def run(a, nsrc):
 
     def body(r, barrier):
         comm = sparrow.Communicator(n, uid, r, **elastic(a))
-        sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
-            sparrow.WeightSync(comm, worker.items(), root=0, sources=list(range(nsrc)))
+        sync, refresh = source_sync(a, comm, model, r, nsrc) if r < nsrc else \
+            (sparrow.WeightSync(comm, worker.items(), root=0, sources=list(range(nsrc))), None)
         for step in range(a.steps + 1):
             if r == 0 and step:
                 mutate(model, a.density, g)
+            barrier.wait()
+            if r < nsrc and step:
+                refresh()
             barrier.wait()
             t0 = time.perf_counter()
             info = sync.step()
@@ -164,14 +196,16 @@ def emulated_host(a):
     if r >= nsrc:
         worker, layout = worker_tensors(a, {nsrc + 1: 0, nsrc + 2: 1}.get(r))
     comm = sparrow.Communicator.from_env(**elastic(a))
-    sync = source_sync(comm, model, r, nsrc) if r < nsrc else \
-        sparrow.WeightSync(comm, worker.items(), root=0, layout=layout or None, sources=list(range(nsrc)))
+    sync, refresh = source_sync(a, comm, model, r, nsrc) if r < nsrc else \
+        (sparrow.WeightSync(comm, worker.items(), root=0, layout=layout or None, sources=list(range(nsrc))), None)
     g = torch.Generator().manual_seed(2)
     token = torch.zeros(1, dtype=torch.int32)
     rows = []
     for step in range(a.steps + 1):
         if step:
             mutate(model, a.density, g)  # the same change on every rank: the sources' and the reference
+            if r < nsrc:
+                refresh()
         comm.broadcast(token, root=0)
         t0 = time.perf_counter()
         info = sync.step()
@@ -187,7 +221,7 @@ def run_scenario(a, nsrc):
         scen = os.path.join(d, "scenario.toml")
         n = scenario_with_first(a.scenario, nsrc, scen)
         args = ["--as-host", str(nsrc), "--sources", str(nsrc)]
-        for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density", "elastic_lease_ms"):
+        for k in ("hidden", "intermediate", "vocab", "layers", "steps", "density", "elastic_lease_ms", "trainer"):
             args += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
         ranks = run_emulated(a.wanemu, scen, __file__, args, n)
     return [[ranks[r][step] for r in range(n)] for step in range(a.steps + 1)]
@@ -201,6 +235,7 @@ def main():
     where = f"emulated network from {a.scenario} (sources in its first region; TP=2 workers on the 2nd and 3rd " \
             "worker hosts)" if a.scenario else "threads on loopback, 1 worker"
     where += f", elastic (lease {a.elastic_lease_ms} ms)" if a.elastic_lease_ms else ", fixed communicator"
+    where += ", sources: tensor-parallel shards" if a.trainer == "tp" else ", sources: row ranges"
     print(f"model: {dense / 1e9:.2f} GB bf16, density {a.density}, {os.cpu_count()} CPUs, {where}")
     print(f"{'codec':>5} {'sources':>7} {'step':>4} {'slowest_source_s':>16} {'source_encode_s':>15} "
           f"{'worker_s':>8} {'wire_MB':>8} {'rx_whole_MB':>11} {'rx_tp_MB':>8} {'exact':>5}")

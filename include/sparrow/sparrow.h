@@ -340,11 +340,14 @@ typedef struct sparrowModel* sparrowModel_t;
  * the model. */
 sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                    int ntensors, int root);
-/* The same with several sources (sharded trainers, FSDP-style): sources[0..nsources) are the ranks
- * that hold the trainer's weights, the root among them, the same list on every rank. A source's
- * tensor is a whole logical tensor or one piece along dim 0 at offset 0 filling its rows; together
- * the sources hold every row of every logical tensor exactly once (else the first step fails on every
- * rank with sparrowInvalidUsage naming the rows). Each source sends its own rows (no gather), in an
+/* The same with several sources (sharded trainers, FSDP or tensor-parallel): sources[0..nsources)
+ * are the ranks that hold the trainer's weights, the root among them, the same list on every rank. A
+ * source's tensor is a whole logical tensor, or holds pieces along dim 0 (row ranges, fused and
+ * padded allowed), or one piece along another dim that fills it (a row-parallel shard: columns of
+ * every row); together the sources hold every element of every logical tensor exactly once (else the
+ * first step fails on every rank with sparrowInvalidUsage naming the range). A tensor split along a
+ * dim other than 0 travels as one block per source; a receiver gets the blocks its pieces overlap.
+ * Each source sends its own part (no gather), in an
  * operation among it and the receivers; a receiver writes its tensors only once every source's part
  * of the step verified, so it never holds a mix of versions. On an elastic communicator the sources
  * agree on the members at the start of every step (a worker one source dropped is out of every

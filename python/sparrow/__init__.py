@@ -630,9 +630,11 @@ class WeightSync:
     no piece covers, e.g. vocabulary padding, are never written). The first step agrees on the model:
     a tensor or piece that does not fit the root's raises InvalidUsage on every rank, naming it.
     `sources`: the ranks holding the trainer's weights (default [root]; the same list on every rank,
-    the root among them). With several (sharded trainers, FSDP-style), each source passes its own
-    tensors: whole logical tensors, or one Piece along dim 0 at offset 0 (its rows); together they
-    hold every row exactly once. Each source sends its own rows; receivers write a version only once
+    the root among them). With several (sharded trainers, FSDP or tensor-parallel), each source passes
+    its own tensors: whole logical tensors, tensors holding Pieces along dim 0 (row ranges, fused and
+    padded allowed), or one Piece along another dim that fills the tensor (a row-parallel shard);
+    together they hold every element exactly once (a replicated tensor, such as a norm, is passed by
+    one source). Each source sends its own part; receivers write a version only once
     every source's part of it verified. Staging works with several sources too: a source's stage()
     sends its part, a worker's stages every part and commit() writes them at once. On an elastic
     communicator workers may die or stall and are dropped by every source; a source that is lost

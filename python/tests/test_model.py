@@ -350,8 +350,8 @@ def test_layout_and_sources_arguments_are_checked():
             sparrow.WeightSync(c, [("a", t)], layout={"b": [sparrow.Piece("a", 0, 0, 4)]})
         with pytest.raises(sparrow.InvalidArgument, match="must be one of them"):
             sparrow.WeightSync(c, [("a", t)], sources=[1], root=0)
-        with pytest.raises(sparrow.InvalidArgument, match="row range"):
-            sparrow.WeightSync(c, [("a", t)], sources=[0, 1], layout={"a": [sparrow.Piece("x", 0, 0, 2, offset=2)]})
+        with pytest.raises(sparrow.InvalidArgument, match="one piece along another dim that fills it"):
+            sparrow.WeightSync(c, [("a", t.view(2, 2))], sources=[0, 1], layout={"a": [sparrow.Piece("x", 1, 0, 1)]})
         with pytest.raises(sparrow.InvalidArgument, match="stop"):
             sparrow.Piece("a", 0, 4, 4)
         with pytest.raises(sparrow.InvalidArgument, match="overlap"):
@@ -419,6 +419,64 @@ def test_two_fsdp_sources_feed_tp_workers_bit_exact():
         return versions
 
     assert run_ranks(4, body) == [[1, 2, 3, 4]] * 4
+
+
+def megatron_shard(trainer, tp_rank, tp_size):
+    """A Megatron-style tensor-parallel trainer rank: the engine layout of that rank (fused,
+    column-parallel qkv and gate_up, row-parallel o and down: columns of every row, vocab-parallel
+    embeddings with padding) holding the trainer's weights. Tensors replicated on every rank (the
+    norms) are passed by rank 0 only, so that the sources hold every element once."""
+    shapes, layout = layouts.decoder(**CFG, tp_rank=tp_rank, tp_size=tp_size)
+    tensors = {n: reference(trainer, n, tp_rank, tp_size).clone(memory_format=torch.contiguous_format)
+               for n in shapes if n in layout or tp_rank == 0}
+    return tensors, {n: p for n, p in layout.items() if n in tensors}
+
+
+def test_a_tensor_parallel_trainer_as_two_sources_feeds_every_layout_bit_exact():
+    trainer = Trainer(6)
+    workers = {3: engine_tensors(1, 4), 4: engine_tensors(0, 1)}  # GQA replication on TP=4; TP=1 fused
+    whole = [(n, torch.zeros_like(t)) for n, t in reversed(trainer.bf16)]
+    barrier = threading.Barrier(5, timeout=60)
+
+    def body(c, r):
+        if r < 2:
+            tensors, layout = megatron_shard(trainer, r, 2)
+        elif r == 2:
+            tensors, layout = dict(whole), None
+        else:
+            tensors, layout = workers[r]
+        sync = sparrow.WeightSync(c, list(tensors.items()), root=0, layout=layout, sources=[0, 1])
+        versions = []
+        for step in range(3):
+            barrier.wait()
+            if r == 0 and step:
+                trainer.train_step()
+            barrier.wait()
+            if r < 2:  # the trainer ranks' own shards of the new weights, in place
+                for n, t in megatron_shard(trainer, r, 2)[0].items():
+                    tensors[n].copy_(t)
+            barrier.wait()
+            versions.append(sync.step()["version"])
+            barrier.wait()
+            if r == 2:
+                for n, t in tensors.items():
+                    assert same_bits(t, trainer.tensor(n)), f"step {step}: {n} on the whole worker"
+            if r > 2:
+                tp_rank, tp_size = (1, 4) if r == 3 else (0, 1)
+                for n, t in tensors.items():
+                    assert same_bits(t, reference(trainer, n, tp_rank, tp_size)), f"step {step}: {n} on rank {r}"
+            o = "model.layers.1.self_attn.o_proj.weight"
+            if r in (2, 4):
+                digests[r].append(sync.digest(o))
+            if r in (0, 3):
+                with pytest.raises(sparrow.InvalidUsage, match="every column"):
+                    sync.digest(o)  # it holds some of o's columns
+        return versions
+
+    digests = {2: [], 4: []}
+    assert run_ranks(5, body) == [[1, 2, 3]] * 5
+    assert digests[2] == digests[4], "the whole worker and the TP=1 engine hold the same o"
+    assert len(set(digests[2])) == 3, "o changed every step"
 
 
 # A rollout worker killed in the middle of a step, on an elastic communicator, as processes: rank 3

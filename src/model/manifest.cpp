@@ -115,6 +115,11 @@ std::string LocalTensor::describe() const {
 }
 uint64_t LogicalTensor::numel() const { return product(shape); }
 uint64_t LogicalTensor::bytes() const { return numel() * format::dtype_size(dtype); }
+std::vector<uint64_t> LogicalTensor::logical_shape() const {
+  std::vector<uint64_t> s = shape;
+  if (blocked()) s[size_t(block_dim)] = full;
+  return s;
+}
 
 std::vector<uint8_t> Manifest::encode() const {
   std::vector<uint8_t> o;
@@ -127,6 +132,11 @@ std::vector<uint8_t> Manifest::encode() const {
     bits::put_u8(o, t.dtype);
     bits::put_u8(o, uint8_t(t.shape.size()));
     for (uint64_t d : t.shape) bits::put_u64(o, d);
+    bits::put_u8(o, uint8_t(t.blocked() ? t.block_dim : 0));  // (0: not a block)
+    if (t.blocked()) {
+      bits::put_u64(o, t.block_start);
+      bits::put_u64(o, t.full);
+    }
   }
   bits::put_u32(o, uint32_t(parts.size()));
   for (const auto& p : parts) {
@@ -155,6 +165,19 @@ Status read_slice(bits::ByteReader& r, const Manifest& m, const std::string& wha
 }
 
 namespace {
+Status read_block(bits::ByteReader& r, LogicalTensor& t) {
+  uint8_t dim = 0;
+  SPARROW_RETURN_IF_ERROR(r.u8(&dim));
+  if (dim == 0) return Status::Ok();
+  SPARROW_RETURN_IF_ERROR(r.u64(&t.block_start));
+  SPARROW_RETURN_IF_ERROR(r.u64(&t.full));
+  t.block_dim = dim;
+  if (dim >= t.shape.size() || t.shape[dim] == 0 || t.block_start > t.full || t.shape[dim] > t.full - t.block_start ||
+      !check_shape(t.name, t.dtype, t.logical_shape()).ok())
+    return CorruptData("model manifest: tensor '" + t.name + "': a block outside its tensor");
+  return Status::Ok();
+}
+
 Status decode_parts(bits::ByteReader& r, Manifest& out) {
   uint32_t n = 0;
   SPARROW_RETURN_IF_ERROR(r.u32(&n));
@@ -206,6 +229,7 @@ Result<Manifest> Manifest::decode(std::span<const uint8_t> m) {
     t.shape.resize(nd);
     for (auto& d : t.shape) SPARROW_RETURN_IF_ERROR(r.u64(&d));
     if (!check_shape(t.name, t.dtype, t.shape).ok()) return CorruptData("model manifest: tensor '" + t.name + "'");
+    SPARROW_RETURN_IF_ERROR(read_block(r, t));
     out.tensors.push_back(std::move(t));
   }
   SPARROW_RETURN_IF_ERROR(decode_parts(r, out));
@@ -217,6 +241,13 @@ int Manifest::find(const std::string& name) const {
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].name == name) return int(i);
   return -1;
+}
+
+std::vector<uint32_t> Manifest::entries(const std::string& name) const {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) v.push_back(i);
+  return v;
 }
 
 Status check_local(const std::vector<LocalTensor>& t, bool source) {
@@ -236,22 +267,57 @@ Manifest manifest_of(const std::vector<LocalTensor>& t, int root) {
   return m;
 }
 
+namespace {
+
+// Where piece `p` of local tensor `local` lands in entry `b` of its logical tensor: the piece itself
+// (not a block), its part inside the block (along the block's dim), or the block's elements at their
+// place in it (along another dim). False when it misses the block.
+bool onto(const LogicalTensor& b, size_t local, const Piece& p, Projection* out) {
+  if (!b.blocked()) {
+    *out = {local, p};
+    return true;
+  }
+  const uint64_t c0 = b.block_start, c1 = c0 + b.shape[size_t(b.block_dim)];
+  if (p.dim != b.block_dim) {
+    *out = {local, p, b.block_dim, c0};
+    return true;
+  }
+  const uint64_t a = std::max(p.start, c0), z = std::min(p.stop, c1);
+  if (a >= z) return false;
+  *out = {local, Piece{p.logical, p.dim, a - c0, z - c0, p.offset + (a - p.start)}};
+  return true;
+}
+
+LogicalTensor whole_of(const LogicalTensor& b) { return {b.name, b.dtype, b.logical_shape()}; }
+
+// Local tensor i holds piece `p` of the logical tensor whose entries are `ids`.
+void place(const Manifest& m, const std::vector<uint32_t>& ids, size_t i, const Piece& p, std::vector<Target>& out) {
+  for (uint32_t id : ids) {
+    Projection pr;
+    if (onto(m.tensors[id], i, p, &pr)) out[id].pieces.push_back(std::move(pr));
+  }
+}
+
+}  // namespace
+
 Result<std::vector<Target>> plan_receiver(const Manifest& m, const std::vector<LocalTensor>& locals) {
   std::vector<Target> out(m.tensors.size());
   for (size_t i = 0; i < locals.size(); ++i) {
     const LocalTensor& t = locals[i];
     if (t.pieces.empty()) {
-      int l = m.find(t.name);
-      if (l < 0) return unknown(m, "tensor " + t.describe(), t.name);
-      SPARROW_RETURN_IF_ERROR(fit_whole(m.tensors[size_t(l)], t));
-      out[size_t(l)].whole = int(i);
+      const std::vector<uint32_t> ids = m.entries(t.name);
+      if (ids.empty()) return unknown(m, "tensor " + t.describe(), t.name);
+      const LogicalTensor& first = m.tensors[ids[0]];
+      SPARROW_RETURN_IF_ERROR(fit_whole(whole_of(first), t));
+      if (!first.blocked()) out[ids[0]].whole = int(i);
+      else place(m, ids, i, Piece{t.name, first.block_dim, 0, first.full, 0}, out);  // (each block at its place)
       continue;
     }
     for (const Piece& p : t.pieces) {
-      int l = m.find(p.logical);
-      if (l < 0) return unknown(m, "tensor " + t.describe() + ", piece " + piece_str(p), p.logical);
-      SPARROW_RETURN_IF_ERROR(fit_piece(m.tensors[size_t(l)], t, p));
-      out[size_t(l)].pieces.push_back({i, p});
+      const std::vector<uint32_t> ids = m.entries(p.logical);
+      if (ids.empty()) return unknown(m, "tensor " + t.describe() + ", piece " + piece_str(p), p.logical);
+      SPARROW_RETURN_IF_ERROR(fit_piece(whole_of(m.tensors[ids[0]]), t, p));
+      place(m, ids, i, p, out);
     }
   }
   for (size_t l = 0; l < out.size(); ++l)
@@ -261,16 +327,40 @@ Result<std::vector<Target>> plan_receiver(const Manifest& m, const std::vector<L
   return out;
 }
 
-std::vector<Run> runs_of(const LogicalTensor& l, const LocalTensor& t, const Piece& p) {
+// The runs of a box: along every dim, the entry's elements [from, from + len) at [to, to + len) in the
+// local tensor. The innermost dims both sides hold whole make each run one stretch of bytes.
+std::vector<Run> runs_of(const LogicalTensor& l, const LocalTensor& t, const Projection& pr) {
+  const Piece& p = pr.piece;
+  const size_t nd = l.shape.size();
   const uint64_t es = format::dtype_size(l.dtype);
-  uint64_t outer = 1, inner = es;
-  for (int d = 0; d < p.dim; ++d) outer *= l.shape[size_t(d)];
-  for (size_t d = size_t(p.dim) + 1; d < l.shape.size(); ++d) inner *= l.shape[d];
-  const uint64_t gl = l.shape[size_t(p.dim)], lo = t.shape[size_t(p.dim)];
+  std::vector<uint64_t> from(nd, 0), to(nd, 0), len = l.shape;
+  from[size_t(p.dim)] = p.start;
+  to[size_t(p.dim)] = p.offset;
+  len[size_t(p.dim)] = p.len();
+  if (pr.cross_dim >= 0) to[size_t(pr.cross_dim)] = pr.cross_offset;
+  size_t k = nd;  // dims [k, nd) are whole on both sides
+  uint64_t inner = es;
+  while (k > 0 && len[k - 1] == l.shape[k - 1] && len[k - 1] == t.shape[k - 1]) inner *= len[--k];
+  if (k == 0) return {Run{0, 0, inner}};
+  --k;  // the innermost dim that is not: runs of len[k] * inner bytes, one per index of dims [0, k)
+  std::vector<uint64_t> ls(nd, inner / es), ts(nd, inner / es);  // strides in elements
+  for (size_t d = k; d-- > 0;) {
+    ls[d] = ls[d + 1] * l.shape[d + 1];
+    ts[d] = ts[d + 1] * t.shape[d + 1];
+  }
   std::vector<Run> runs;
-  runs.reserve(outer);
-  for (uint64_t o = 0; o < outer; ++o)
-    runs.push_back({(o * gl + p.start) * inner, (o * lo + p.offset) * inner, p.len() * inner});
+  std::vector<uint64_t> idx(k, 0);
+  for (;;) {
+    uint64_t a = from[k] * ls[k], b = to[k] * ts[k];
+    for (size_t d = 0; d < k; ++d) {
+      a += (from[d] + idx[d]) * ls[d];
+      b += (to[d] + idx[d]) * ts[d];
+    }
+    runs.push_back({a * es, b * es, len[k] * inner});
+    size_t d = k;
+    while (d > 0 && ++idx[d - 1] == len[d - 1]) idx[--d] = 0;
+    if (d == 0) break;
+  }
   return runs;
 }
 

@@ -37,12 +37,21 @@ struct LocalTensor {
   std::string describe() const;  // "'qkv_proj' [96, 32] bfloat16"
 };
 
+// A tensor as it travels. Usually a whole logical tensor. With several sources, a logical tensor that
+// the sources split along a dimension other than 0 (a row-parallel linear of a tensor-parallel
+// trainer: each source holds some of its columns, every row) travels as one block per source:
+// entries of the same name, `shape` the block's, elements [block_start, block_start + shape[block_dim])
+// along block_dim of the logical tensor, whose extent there is `full`.
 struct LogicalTensor {
   std::string name;
   uint8_t dtype = 0;
   std::vector<uint64_t> shape;
+  int block_dim = -1;  // -1: the whole logical tensor (or its rows, split among sources)
+  uint64_t block_start = 0, full = 0;
   uint64_t numel() const;
   uint64_t bytes() const;
+  bool blocked() const { return block_dim > 0; }
+  std::vector<uint64_t> logical_shape() const;  // the logical tensor's (the block's, `full` along block_dim)
 };
 
 // Sharded sources: the rows (dim 0) [start, stop) of logical tensor `logical` (an index into the
@@ -51,7 +60,7 @@ struct Slice {
   uint32_t logical = 0;
   uint64_t start = 0, stop = 0;
 };
-// What one source sends: its slices, in the order of its local tensors.
+// What one source sends: its slices, in the order of its local tensors and their pieces (sources.h).
 struct Part {
   int32_t rank = 0;
   std::vector<Slice> slices;
@@ -67,7 +76,8 @@ struct Manifest {
   std::string error;
   std::vector<uint8_t> encode() const;
   static Result<Manifest> decode(std::span<const uint8_t> m);
-  int find(const std::string& name) const;  // index, or -1
+  int find(const std::string& name) const;  // index (of its first block), or -1
+  std::vector<uint32_t> entries(const std::string& name) const;  // every entry (block) of it, in order
 };
 
 // A slice on the wire (u32 logical, u64 start, u64 stop), and read back: kCorruptData, prefixed with
@@ -76,8 +86,8 @@ void put_slice(std::vector<uint8_t>& o, const Slice& s);
 Status read_slice(bits::ByteReader& r, const Manifest& m, const std::string& what, Slice* s);
 
 // A rank's own tensors, before anything travels: unique names, known dtypes, shapes whose size fits,
-// pieces inside the local tensor's bounds and not overlapping each other there. A source's tensors
-// must be whole logical tensors.
+// pieces inside the local tensor's bounds and not overlapping each other there. A single source's
+// (the root's, `source`) tensors must be whole logical tensors.
 Status check_local(const std::vector<LocalTensor>& t, bool source);
 // The source's manifest: its tensors, in its order.
 Manifest manifest_of(const std::vector<LocalTensor>& t, int root);
@@ -89,7 +99,11 @@ uint64_t rows_of(const std::vector<uint64_t>& shape);  // dim 0 (1 for a 0-dimen
 // it (a logical tensor no local tensor names lands in a mirror too and goes no further).
 struct Projection {
   size_t local = 0;  // index into the rank's local tensors
-  Piece piece;
+  Piece piece;       // of the manifest's entry (a block: start and stop within the block)
+  // A block along another dim than the piece's: its elements along `cross_dim` lie at `cross_offset`
+  // on in the local tensor (-1: none; every dim but the piece's is the same on both sides).
+  int cross_dim = -1;
+  uint64_t cross_offset = 0;
 };
 struct Target {
   int whole = -1;  // the local tensor that is the whole logical tensor, or -1: a mirror
@@ -103,7 +117,7 @@ Result<std::vector<Target>> plan_receiver(const Manifest& m, const std::vector<L
 struct Run {
   uint64_t logical = 0, local = 0, bytes = 0;
 };
-std::vector<Run> runs_of(const LogicalTensor& l, const LocalTensor& t, const Piece& p);
+std::vector<Run> runs_of(const LogicalTensor& l, const LocalTensor& t, const Projection& p);
 
 // Copies the runs where they differ, in 64-byte lines (reads both sides, writes only what changed):
 // logical -> local (`to_local`: projecting a new version) or local -> logical (mirroring what the

@@ -63,7 +63,9 @@ Result<std::unique_ptr<Model>> Model::create(coll::Engine& e, std::vector<LocalT
   SPARROW_RETURN_IF_ERROR(check_local(tensors, sources.empty() && e.rank() == root));
   if (source) SPARROW_RETURN_IF_ERROR(check_source(tensors));
   if (source && tensors.empty()) return InvalidArgument("a source passes no tensors");
-  return std::unique_ptr<Model>(new Model(e, std::move(tensors), root, std::move(sources)));
+  std::unique_ptr<Model> m(new Model(e, std::move(tensors), root, std::move(sources)));
+  if (m->is_source()) m->homes_ = slice_homes(m->locals_);  // (the one root's: every tensor whole)
+  return m;
 }
 
 bool Model::is_source() const {
@@ -102,7 +104,7 @@ Status Model::plan(const Manifest& m) {
   mirrors_.clear();
   mirrors_.resize(m.tensors.size());
   for (size_t l = 0; l < m.tensors.size(); ++l) {
-    for (const Projection& p : targets_[l].pieces) runs_[l].push_back(runs_of(m.tensors[l], locals_[p.local], p.piece));
+    for (const Projection& p : targets_[l].pieces) runs_[l].push_back(runs_of(m.tensors[l], locals_[p.local], p));
     if (targets_[l].whole >= 0) continue;
     mirrors_[l].resize(m.tensors[l].bytes());
     std::memset(mirrors_[l].data(), 0, mirrors_[l].size());
@@ -208,15 +210,25 @@ Result<uint64_t> Model::digest(const std::string& name) const {
   return digest_rows(name, 0, rows_of(manifest_.tensors[l].shape));
 }
 
+// (a tensor split along another dim than 0 has one entry per block, all with its rows)
 Result<uint64_t> Model::digest_rows(const std::string& name, uint64_t start, uint64_t stop) const {
-  SPARROW_ASSIGN_OR_RETURN(size_t l, logical_index(name));
-  const auto& t = manifest_.tensors[l];
-  const uint64_t rows = rows_of(t.shape);
+  SPARROW_ASSIGN_OR_RETURN(size_t first, logical_index(name));
+  const uint64_t rows = rows_of(manifest_.tensors[first].shape);
   if (start >= stop || stop > rows)
     return InvalidArgument("rows [" + std::to_string(start) + ", " + std::to_string(stop) + ") of '" + name +
                            "', which has " + std::to_string(rows));
-  SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(l, start, stop));
-  const uint64_t row = rows ? t.numel() / rows : 0;
+  uint64_t sum = 0;
+  for (uint32_t l : manifest_.entries(name)) {
+    SPARROW_ASSIGN_OR_RETURN(const uint8_t* p, rows_at(l, start, stop));
+    SPARROW_ASSIGN_OR_RETURN(uint64_t d, digest_entry(l, p, start, stop));
+    sum += d;
+  }
+  return sum;
+}
+
+Result<uint64_t> Model::digest_entry(size_t l, const uint8_t* p, uint64_t start, uint64_t stop) const {
+  const LogicalTensor& t = manifest_.tensors[l];
+  const uint64_t rows = rows_of(t.shape), row = rows ? t.numel() / rows : 0;
   const size_t esize = format::dtype_size(t.dtype);
   std::vector<uint8_t> host;  // a source's rows in device memory: digested from a host copy
   if (kernels::is_device(kernels::device_ops(), p)) {
@@ -224,7 +236,16 @@ Result<uint64_t> Model::digest_rows(const std::string& name, uint64_t start, uin
     SPARROW_RETURN_IF_ERROR(kernels::copy_any(host.data(), p, host.size()));
     p = host.data();
   }
-  return format::digest_range(0, p, start * row, (stop - start) * row, esize);
+  if (!t.blocked()) return format::digest_range(0, p, start * row, (stop - start) * row, esize);
+  // A block: its runs (each inside one row) at their places in the logical tensor.
+  const LocalTensor whole{t.name, nullptr, t.dtype, t.logical_shape(), {}};
+  const Projection at{0, Piece{t.name, t.block_dim, 0, t.shape[size_t(t.block_dim)], t.block_start}};
+  const uint64_t from = start * row * esize, to = stop * row * esize;
+  uint64_t sum = 0;
+  for (const Run& r : runs_of(t, whole, at))
+    if (r.logical >= from && r.logical < to)
+      sum += format::digest_range(0, p + (r.logical - from), r.local / esize, r.bytes / esize, esize);
+  return sum;
 }
 
 }  // namespace sparrow::model

@@ -31,6 +31,7 @@
 #include "collectives/state.h"
 #include "core/big_alloc.h"
 #include "model/manifest.h"
+#include "model/sources.h"
 #include "model/split.h"
 
 namespace sparrow::model {
@@ -111,6 +112,9 @@ class Model {
   void mirror_wholes();  // a receiver's whole tensors land in mirrors too
   std::vector<coll::BufferArg> op_bufs(size_t k) const;  // operation k, as this rank sends or receives it
   Result<const uint8_t*> rows_at(size_t l, uint64_t start, uint64_t stop) const;  // where this rank holds them
+  // The digest of rows [start, stop) of entry l (held at `p`, host or device), at their places in
+  // the logical tensor.
+  Result<uint64_t> digest_entry(size_t l, const uint8_t* p, uint64_t start, uint64_t stop) const;
   bool drifted() const;  // a piece no longer holds what was projected (or cannot be read)
   Status project_all();  // project_pieces(); one that failed part-way is rewritten at the next step
 
@@ -119,6 +123,7 @@ class Model {
   int root_;
   std::vector<int> sources_;
   std::vector<SplitOp> ops_;  // a split step's operations (split.h), the same on every rank
+  std::vector<SliceHome> homes_;  // a source: where it holds each slice of its part (sources.h)
   bool split_ = false;        // a step runs ops_ (else: one operation of every tensor whole)
   std::vector<Slice> held_;   // a receiver: the rows it needs (and holds) of each logical tensor
   std::vector<uint64_t> sums_;  // a split receiver's local tensors: checksums of what was projected

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 
 namespace sparrow::model {
 namespace {
@@ -95,7 +96,7 @@ TEST(Manifest, RunsProjectRowAndColumnSlicesAndCopyOnlyWhatChanged) {
   std::vector<uint16_t> local(3 * 5, 0xffff);  // 2 columns of o at local columns 1..2; the rest untouched
   LocalTensor t = whole("o_part", {3, 5}, local.data());
   Piece p{"o", 1, 4, 6, 1};
-  auto runs = runs_of(o, t, p);
+  auto runs = runs_of(o, t, Projection{0, p});
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_FALSE(runs_match(runs, reinterpret_cast<uint8_t*>(logical.data()), reinterpret_cast<uint8_t*>(local.data())));
   EXPECT_EQ(copy_changed(runs, reinterpret_cast<uint8_t*>(logical.data()), reinterpret_cast<uint8_t*>(local.data()), true),
@@ -109,6 +110,51 @@ TEST(Manifest, RunsProjectRowAndColumnSlicesAndCopyOnlyWhatChanged) {
   EXPECT_EQ(copy_changed(runs, reinterpret_cast<uint8_t*>(local.data()), reinterpret_cast<uint8_t*>(logical.data()), false),
             4u);
   EXPECT_EQ(logical[4], 7);
+}
+
+// A block of a tensor split along dim 1 (columns [4, 6) of o [3, 8], as one source sends them),
+// projected onto rows [1, 3) of a local tensor holding every column of o at column offset 1:
+// each run is one row of the block, at its columns.
+TEST(Manifest, RunsPlaceABlockInsideALocalRowPiece) {
+  LogicalTensor block{"o", 9, {3, 2}, 1, 4, 8};
+  EXPECT_EQ(block.logical_shape(), (std::vector<uint64_t>{3, 8}));
+  std::vector<uint16_t> b = {10, 11, 20, 21, 30, 31};
+  std::vector<uint16_t> local(2 * 10, 0xffff);
+  LocalTensor t = whole("o_rows", {2, 10}, local.data());
+  auto runs = runs_of(block, t, Projection{0, Piece{"o", 0, 1, 3, 0}, 1, 4 + 1});
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(copy_changed(runs, reinterpret_cast<uint8_t*>(b.data()), reinterpret_cast<uint8_t*>(local.data()), true), 8u);
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 10; ++c)
+      EXPECT_EQ(local[size_t(r * 10 + c)], c == 5 || c == 6 ? b[size_t((r + 1) * 2 + c - 5)] : 0xffff) << r << "," << c;
+}
+
+// A manifest with blocks travels, and a receiver's whole tensor and its pieces land in every block.
+TEST(Manifest, BlocksTravelAndReceiversPlaceTheirTensorsInEachBlock) {
+  Manifest m;
+  m.tensors = {{"o", 9, {4, 3}, 1, 0, 8}, {"o", 9, {4, 5}, 1, 3, 8}};
+  auto back = Manifest::decode(m.encode());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->tensors.size(), 2u);
+  EXPECT_EQ(back->tensors[1].block_dim, 1);
+  EXPECT_EQ(back->tensors[1].block_start, 3u);
+  EXPECT_EQ(back->tensors[1].full, 8u);
+  auto wrong = m;
+  wrong.tensors[1].full = 7;  // 3 + 5 > 7
+  EXPECT_EQ(Manifest::decode(wrong.encode()).status().code(), Code::kCorruptData);
+  LocalTensor cols = whole("o_cols", {4, 4});
+  cols.pieces = {{"o", 1, 2, 6, 0}};  // columns [2, 6): 1 of block 0, 3 of block 1
+  auto plan = plan_receiver(m, {whole("o", {4, 8}), cols});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  ASSERT_EQ((*plan)[0].whole, -1);
+  ASSERT_EQ((*plan)[0].pieces.size(), 2u);
+  ASSERT_EQ((*plan)[1].pieces.size(), 2u);
+  const Piece& w1 = (*plan)[1].pieces[0].piece;  // the whole tensor: block 1 at columns 3..8
+  EXPECT_EQ(std::make_tuple(w1.dim, w1.start, w1.stop, w1.offset), std::make_tuple(1, 0ull, 5ull, 3ull));
+  const Piece& c0 = (*plan)[0].pieces[1].piece, &c1 = (*plan)[1].pieces[1].piece;
+  EXPECT_EQ(std::make_tuple(c0.start, c0.stop, c0.offset), std::make_tuple(2ull, 3ull, 0ull));
+  EXPECT_EQ(std::make_tuple(c1.start, c1.stop, c1.offset), std::make_tuple(0ull, 3ull, 1ull));
+  EXPECT_EQ(plan_receiver(m, {whole("o", {4, 7})}).status().code(), Code::kInvalidUsage);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "format/digest.h"
 #include "harness/comm_harness.h"
 #include "harness/fake_device.h"
 #include "harness/util.h"
@@ -871,6 +872,134 @@ TEST(ModelSync, WithTwoSourcesAStagedStepReachesTheTensorsOnlyAtTheCommit) {
   expect_projection(logical, held[3], 0, "after the repair");
   for (int r = 0; r < 4; ++r) EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// A test's own reference projection (element by element, 2-dimensional): every element of `h` that
+// one of its pieces covers (or all of it: a whole tensor), read from `logical`.
+void project_into(const std::vector<Held>& logical, Held& h) {
+  const size_t cols = h.shape[1];
+  if (h.pieces.empty()) {
+    h.data = find(logical, h.name).data;
+    return;
+  }
+  for (size_t i = 0; i < h.pieces.size(); ++i) {
+    const sparrowPiece_t& p = h.pieces[i];
+    const Held& l = find(logical, h.logical[i]);
+    const size_t lcols = l.shape[1];
+    for (size_t r = 0; r < h.shape[0]; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        const size_t at = p.dim == 0 ? r : c;
+        if (at < p.offset || at >= p.offset + (p.stop - p.start)) continue;
+        const size_t lr = p.dim == 0 ? at - p.offset + p.start : r, lc = p.dim == 0 ? c : at - p.offset + p.start;
+        h.data[r * cols + c] = l.data[lr * lcols + lc];
+      }
+  }
+}
+
+// A Megatron-style tensor-parallel trainer's rank `tp` of 2 (the layout of tp_worker: fused,
+// column-parallel qkv, row-parallel o (some columns of every row), vocab-parallel emb with padding),
+// holding `logical`'s weights.
+std::vector<Held> tp_source(const std::vector<Held>& logical, int tp) {
+  std::vector<Held> s = tp_worker(tp);
+  for (auto& h : s) project_into(logical, h);
+  return s;
+}
+
+// A receiver of another layout than the trainer's: TP=1 fused qkv, o whole under another name, the
+// last 2 rows of o again in a tensor of their own (a piece along dim 0 of a tensor the sources split
+// along dim 1), emb padded to 12 rows.
+std::vector<Held> tp1_worker() {
+  std::vector<Held> w = {Held("qkv_proj", {16, 4}, 0xdead), Held("o_proj", {4, 8}, 0xdead),
+                         Held("o_tail", {2, 8}, 0xdead), Held("embed", {12, 4}, 0xdead)};
+  w[0].piece("q", 0, 0, 8, 0).piece("k", 0, 0, 4, 8).piece("v", 0, 0, 4, 12);
+  w[1].piece("o", 1, 0, 8, 0);
+  w[2].piece("o", 0, 2, 4, 0);
+  w[3].piece("emb", 0, 0, 10, 0);
+  return w;
+}
+
+void expect_holds(const std::vector<Held>& logical, const std::vector<Held>& w, const std::string& when) {
+  for (const Held& h : w) {
+    Held want = h;
+    std::fill(want.data.begin(), want.data.end(), uint16_t(0xdead));
+    project_into(logical, want);
+    ASSERT_EQ(h.data, want.data) << when << ": " << h.name;
+  }
+}
+
+unsigned long long reference_digest(const std::vector<Held>& logical, const std::string& name) {
+  const Held& l = find(logical, name);
+  return format::digest_range(0, l.data.data(), 0, l.data.size(), 2);
+}
+
+// Sources that split a tensor along dim 1 (row-parallel o) and hold fused, padded pieces along dim 0
+// (qkv, emb): receivers of any layout get the step bit-exact, the digests of o agree with the
+// trainer's logical o, and a rank that holds only some of o's columns cannot give its digest.
+TEST(ModelSync, TensorParallelSourcesSplitAlongColumnsAndFusedRowsReachEveryLayout) {
+  Comms comms(5);
+  std::vector<Held> logical = trainer(41);
+  std::vector<std::vector<Held>> held = {
+      tp_source(logical, 0), tp_source(logical, 1),
+      {Held("v", {4, 4}), Held("o", {4, 8}), Held("emb", {10, 4}), Held("q", {8, 4}), Held("k", {4, 4})},
+      tp1_worker(), tp_worker(1)};
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(5);
+  for (int r = 0; r < 5; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], src), sparrowSuccess);
+  for (int s = 1; s <= 3; ++s) {
+    const std::string when = "step " + std::to_string(s);
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); });
+    for (int r = 0; r < 5; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(comms.c[size_t(r)]);
+    for (int r = 2; r < 5; ++r) expect_holds(logical, held[size_t(r)], when + ", rank " + std::to_string(r));
+    EXPECT_EQ(find(held[4], "embed").data[4 * 4], 0xdead) << "padding is never written";
+    // A shard of the trainer's own layout receives its rows of q, k, v, emb and its columns of o only.
+    EXPECT_EQ(stats_of(comms.c[4]).denseBytes, (16 + 8 + 8 + 16 + 16) * 2u);
+    EXPECT_EQ(stats_of(comms.c[2]).denseBytes, (32 + 16 + 16 + 32 + 40) * 2u);
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(version_of(m[size_t(r)]), unsigned(s)) << "rank " << r;
+    unsigned long long d = 0;
+    for (int r : {2, 3}) {
+      ASSERT_EQ(sparrowModelGetDigest(m[size_t(r)], "o", &d), sparrowSuccess);
+      EXPECT_EQ(d, reference_digest(logical, "o")) << when << ", rank " << r;
+    }
+    EXPECT_EQ(digest_rows(m[3], "o", {2, 4}), digest_rows(m[2], "o", {2, 4})) << when;
+    EXPECT_EQ(sparrowModelGetDigest(m[4], "o", &d), sparrowInvalidUsage) << "a shard holds half of o's columns";
+    EXPECT_EQ(sparrowModelGetDigest(m[0], "o", &d), sparrowInvalidUsage) << "so does a source";
+    EXPECT_EQ(digest_rows(m[0], "q", {0, 4}) + digest_rows(m[1], "q", {4, 8}), reference_digest(logical, "q")) << when;
+    mutate(logical, 500 + uint64_t(s));
+    for (int tp = 0; tp < 2; ++tp)
+      for (auto& h : held[size_t(tp)]) project_into(logical, h);  // (in place: the models point into it)
+  }
+  for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+}
+
+// Sources whose columns of a tensor overlap, or that split it along different dims, fail every rank
+// naming it.
+TEST(ModelSync, SourcesWhoseColumnsOverlapOrSplitAlongDifferentDimsFailEveryRank) {
+  Comms comms(3);
+  std::vector<Held> logical = trainer(43);
+  for (bool overlap : {true, false}) {
+    std::vector<std::vector<Held>> held = {tp_source(logical, 0), tp_source(logical, 1), tp1_worker()};
+    Held& o1 = held[1][1];  // source 1's o: columns [4, 8)
+    if (overlap) {
+      o1.pieces[0].start = 3;
+      o1.pieces[0].stop = 7;
+    } else {
+      o1 = Held("o_proj", {4, 8});  // ... or all of o's rows [2, 4) along dim 0 (as the other rows are columns)
+      o1.shape = {2, 8};
+      o1.data.resize(16);
+      o1.piece("o", 0, 2, 4, 0);
+    }
+    std::vector<sparrowModel_t> m(3);
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], comms.c[size_t(r)], held[size_t(r)], {0, 1}), sparrowSuccess);
+    auto rc = comms.run([&](int r) { return sparrowModelSync(m[size_t(r)]); });
+    const char* says = overlap ? "elements [3, 4) along dim 1 of tensor 'o' are held by ranks 0 and 1"
+                               : "tensor 'o': rank 0 holds columns along dim 1 of shape [4, *] bfloat16, rank 1 holds rows";
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(rc[size_t(r)], sparrowInvalidUsage) << "rank " << r;
+      EXPECT_NE(std::string(sparrowGetLastError(comms.c[size_t(r)])).find(says), std::string::npos)
+          << sparrowGetLastError(comms.c[size_t(r)]);
+    }
+    for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
+  }
 }
 
 TEST(ModelSync, SourcesThatOverlapOrLeaveAGapFailEveryRankNamingTheRows) {
