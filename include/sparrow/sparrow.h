@@ -337,7 +337,10 @@ typedef struct sparrowModel* sparrowModel_t;
  * outside its tensor, pieces overlapping in one tensor, pieces on the root). Tensors may be host or
  * device memory; a receiver's pieces in device memory are read back to the host to be compared with
  * its host mirrors, and only the changed elements are written to them. The communicator must outlive
- * the model. */
+ * the model. On an elastic communicator a process that joins (sparrowCommJoin) creates its model as
+ * the first one did: root 0 admits it at the start of a step and sends it the model's agreement, and
+ * its first sparrowModelSync (or Stage) receives that step; in a split step it must hold the rows its
+ * slot held (else sparrowInvalidUsage on it alone). */
 sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,
                                    int ntensors, int root);
 /* The same with several sources (sharded trainers, FSDP or tensor-parallel): sources[0..nsources)
@@ -352,7 +355,8 @@ sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, co
  * of the step verified, so it never holds a mix of versions. On an elastic communicator the sources
  * agree on the members at the start of every step (a worker one source dropped is out of every
  * source's operations); a source that is lost fails the step on every rank (sparrowPeerLost naming
- * it), the workers' tensors holding the last version. Staging:
+ * it), the workers' tensors holding the last version; a rank that joins (sparrowCommJoin) is not
+ * admitted. Staging:
  * on a source, Stage sends its part as Sync does; a receiver stages every source's part as one step.
  * sources NULL or {root}: sparrowModelCreate. */
 sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,

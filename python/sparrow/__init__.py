@@ -638,7 +638,10 @@ class WeightSync:
     every source's part of it verified. Staging works with several sources too: a source's stage()
     sends its part, a worker's stages every part and commit() writes them at once. On an elastic
     communicator workers may die or stall and are dropped by every source; a source that is lost
-    fails every rank's step (PeerLost naming it), workers keeping the last version.
+    fails every rank's step (PeerLost naming it), workers keeping the last version. A restarted
+    worker that joins (Communicator.join) creates its WeightSync as the first one did; its first
+    step() receives the step it was admitted into (one source at rank 0; in a split step it holds
+    its slot's layout).
     """
 
     def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,
@@ -722,7 +725,8 @@ class WeightSync:
         the host for it). `rows=(start, stop)`:
         of those rows (dim 0) only, on any rank that holds them (a tensor-parallel shard receives only
         its own rows; a source holds its own); the digests of rows that tile a tensor add up, mod 2**64,
-        to the tensor's. InvalidUsage where this rank does not hold the rows asked for."""
+        to the tensor's. InvalidUsage where this rank does not hold the rows asked for (or, for a
+        tensor that tensor-parallel sources split into columns, not every column)."""
         if rows is None:
             rc, d = self._model.digest(name)
         else:

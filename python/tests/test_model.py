@@ -2,12 +2,13 @@
 """WeightSync with names and layouts: a Qwen-like trainer (AdamW, fp32 master, bf16 pushed) and
 rollout workers holding vLLM-style fused, tensor-parallel layouts (TP 1, 2 and 4, GQA replication,
 vocabulary padding), ranks as threads over real sockets."""
+import textwrap
 import threading
 import time
 
 import pytest
 
-from conftest import rank_envs, run_ranks, run_ranks_as_scripts
+from conftest import PKG, rank_envs, run_ranks, run_ranks_as_scripts
 
 import sparrow
 from sparrow import layouts
@@ -587,6 +588,95 @@ def test_a_source_killed_during_a_step_leaves_the_workers_on_the_old_version():
     for r in (2, 3):
         assert f"rank {r} step 2 raised" in outs[r] and "tensors hold version 1: True" in outs[r], outs[r]
         assert "rank 1" in outs[r].split("raised", 1)[1], outs[r]  # the dead source is named
+
+
+# A rollout worker that crashes and is restarted, as processes: rank 3 (whole tensors) takes the first
+# step, starts its replacement (JOINER=1: sparrow.Communicator.join into slot 3) and kills itself.
+# The trainer's steps drop it when its lease runs out; the replacement is admitted at the start of a
+# later step, creates its WeightSync as the first one did, and receives that step's whole version and
+# the next two, bit-exact, with the version every rank holds; the TP=2 engine (ranks 1-2) is
+# bit-exact throughout. Every process keeps the trainer's logical weights for reference (version v
+# is the seeded start with mutate(2), ..., mutate(v) applied).
+REJOIN = """
+    import os, signal, subprocess, sys, torch, sparrow
+    from sparrow import layouts
+    cfg = dict(hidden_size=256, num_heads=8, num_kv_heads=2, intermediate_size=1024, vocab_size=4096,
+               num_layers=2, qkv_bias=True)
+    rank, uid, joiner = int(os.environ["RANK"]), bytes.fromhex(os.environ["UID"]), os.environ.get("JOINER") == "1"
+    g = torch.Generator().manual_seed(5)
+    logical = {n: (torch.randn(s, generator=g) * 0.02).to(torch.bfloat16)
+               for n, s in layouts.logical_shapes(**cfg).items()}
+    def mutate(v):
+        for i, t in enumerate(logical.values()):
+            t.view(torch.int16).view(-1)[(v + i) % 83::83] += 1
+    def exact(tensors, layout):
+        for n, t in tensors:
+            for pc in layout.get(n, []) if layout else []:
+                k = pc.stop - pc.start
+                if not torch.equal(t.narrow(pc.dim, pc.offset, k).view(torch.int16),
+                                   logical[pc.logical].narrow(pc.dim, pc.start, k).view(torch.int16)):
+                    return False
+            if not (layout and n in layout) and not torch.equal(t.view(torch.int16), logical[n].view(torch.int16)):
+                return False
+        return True
+    if joiner:
+        os.write(int(os.environ["READY_FD"]), b"1")  # (torch imported: the old process may die now)
+        comm = sparrow.Communicator.join(uid, rank=3, lease_ms=1500)
+    else:
+        comm = sparrow.Communicator(4, uid, rank, elastic=True, lease_ms=1500)
+    if rank == 0:
+        tensors, layout = list(logical.items()), None
+    elif rank in (1, 2):
+        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 1, tp_size=2)
+        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
+    else:
+        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
+    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout)
+    if joiner:
+        versions, ok = [], True
+        for k in range(3):
+            if k:
+                mutate(versions[-1] + 1)
+            sync.step()
+            versions.append(sync.version)
+            if k == 0:
+                for v in range(2, versions[0] + 1):
+                    mutate(v)
+            ok = ok and exact(tensors, layout)
+        print(f"joiner versions {versions} exact {ok} members {comm.members()}", flush=True)
+        sys.exit(0)
+    sync.step()
+    if rank == 3:
+        ready, w = os.pipe()
+        subprocess.Popen([sys.executable, "-c", os.environ["SCRIPT"]], pass_fds=(w,),
+                         env=dict(os.environ, JOINER="1", READY_FD=str(w)))
+        os.read(ready, 1)
+        print("rank 3 dies after version 1", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    ok, admitted = exact(tensors, layout), None
+    while sync.version < 400:  # (the replacement joins within a lease or two: a few dozen steps here)
+        mutate(sync.version + 1)
+        sync.step()
+        ok = ok and exact(tensors, layout)
+        if admitted is None and 3 in comm.members():
+            admitted = sync.version
+        if admitted is not None and sync.version == admitted + 2:
+            break
+    print(f"rank {rank} admitted at {admitted} last {sync.version} exact {ok}", flush=True)
+"""
+
+
+def test_a_restarted_worker_rejoins_the_model_and_gets_every_version_bit_exact():
+    uid = sparrow.get_unique_id()
+    script = f"import sys; sys.path.insert(0, {PKG!r})\n" + textwrap.dedent(REJOIN)
+    envs = rank_envs(4, UID=uid.hex(), SCRIPT=script, SPARROW_TIMEOUT_S="30")
+    outs = run_ranks_as_scripts(REJOIN, envs, timeout=180)
+    assert "rank 3 dies" in outs[3], outs[3]
+    line = outs[0].split("rank 0 admitted at ")[1].split()
+    admitted, last = int(line[0]), int(line[2])
+    for r in (0, 1, 2):
+        assert f"rank {r} admitted at {admitted} last {last} exact True" in outs[r], outs[r]
+    assert f"joiner versions [{admitted}, {admitted + 1}, {last}] exact True members [0, 1, 2, 3]" in outs[3], outs[3]
 
 
 # Two sources (FSDP halves) on an elastic communicator, as processes. VICTIM=worker: rank 4 (whole

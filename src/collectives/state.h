@@ -77,6 +77,10 @@ void add_op_stats(Stats& sum, const Stats& op);
 struct ElasticRecord {
   std::map<int, Place> moved;  // the root's record of ranks that rejoined (every header lists them)
   uint64_t joined_at = 0;      // a joiner: its first operation (sparrowCommJoin), 0 otherwise
+  // The root: joiners admitted ahead of operation `admitted_seq` by its caller (admit_ahead, a
+  // model's step, which sends them what they need first); that operation admits no others.
+  uint64_t admitted_seq = 0;
+  std::vector<int> admitted;
   // Dense broadcasts: the host staging of a receiver, per buffer of the group, kept from one call to
   // the next (its pages are faulted in once) and freed by the next sparse operation.
   std::vector<std::vector<uint8_t, BigAlloc<uint8_t>>> dense_staging;

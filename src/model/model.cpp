@@ -74,6 +74,7 @@ bool Model::is_source() const {
 
 Status Model::agree() {
   SPARROW_RETURN_IF_ERROR(coll::no_stage_pending(e_));
+  if (rejoining()) return rejoin();
   const coll::OpWire w = e_.wire(e_.comm.next_seq());
   SPARROW_RETURN_IF_ERROR(sharded() ? agree_sharded(w) : agree_one(w));
   return split(w);
@@ -157,6 +158,7 @@ void Model::read_version() {
 Status Model::step() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
+  welcome_joiners();
   if (split_) return step_split();
   // A piece that could not be read (device memory) still takes part, and is not written: the mirror
   // is then ahead of it, which the next step's comparison refuses and repairs, as a drifted piece.
@@ -171,6 +173,7 @@ Status Model::step() {
 Status Model::stage() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
+  welcome_joiners();
   if (split_) return is_source() ? step_split() : stage_split();
   // (a piece that could not be read: the commit's projection compares it again, and fails or rewrites
   // what differs; the staged step goes on meanwhile, as the other ranks' does)

@@ -74,6 +74,12 @@ class Model {
   bool takes_no_part() const;
   Status agree();                        // the first step: manifest, plan, verdict, split
   Status agree_one(const coll::OpWire& w);
+  // A rank that rejoined an elastic communicator into a slot of a model agreed before (rejoin.cpp):
+  // the root sends each joiner it admits at a step's start what it missed; the joiner plans with it.
+  void welcome_joiners();
+  bool rejoining() const;  // a joiner that has taken part in no operation yet
+  Status rejoin();
+  void adopt_plan(const Needs& needs);   // the operations of a step, this rank's rows and mirrors
   Status split(const coll::OpWire& w);   // every receiver's rows, and the operations of a step
   Result<Needs> share_needs(const coll::OpWire& w);
   Result<size_t> logical_index(const std::string& name) const;  // kInvalidUsage before the first step
@@ -126,6 +132,7 @@ class Model {
   std::vector<SliceHome> homes_;  // a source: where it holds each slice of its part (sources.h)
   bool split_ = false;        // a step runs ops_ (else: one operation of every tensor whole)
   std::vector<Slice> held_;   // a receiver: the rows it needs (and holds) of each logical tensor
+  std::vector<uint8_t> needs_wire_;  // the root of a split step: every receiver's rows (for joiners)
   std::vector<uint64_t> sums_;  // a split receiver's local tensors: checksums of what was projected
   bool repair_ = false;         // ... one of them was written to: the next step rewrites them
 
@@ -148,6 +155,9 @@ constexpr uint32_t kManifestSub = 1, kPartSub = 2, kRowsSub = 3, kNeedsSub = 4;
 // the number of the step's first operation (apart from any sub an operation uses): a source's members
 // to the root, the root's members of the step and verdict to each source.
 constexpr uint32_t kRollSub = 0xc0000000u, kRollLiveSub = 0xc0000001u, kRollVerdictSub = 0xc0000002u;
+// What the root sends a rank that rejoins an agreed model, in the number of the step's first
+// operation: the manifest and, for a split step, every receiver's rows (rejoin.cpp).
+constexpr uint32_t kRejoinSub = 0xc0000003u;
 // The root's side of it: sends `m`, collects every rank's check, and sends the first failure (its
 // own, `mine`, first) as everyone's verdict, which it returns.
 Status root_agrees(coll::Engine& e, const coll::OpWire& w, const Manifest& m, Status mine);

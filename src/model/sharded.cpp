@@ -103,6 +103,12 @@ Result<Needs> Model::share_needs(const coll::OpWire& w) {
 // out of every operation.)
 Status Model::split(const coll::OpWire& w) {
   SPARROW_ASSIGN_OR_RETURN(Needs needs, share_needs(w));
+  adopt_plan(needs);
+  if (split_ && is_root()) needs_wire_ = encode_needs(needs);  // (for ranks that rejoin)
+  return Status::Ok();
+}
+
+void Model::adopt_plan(const Needs& needs) {
   ops_ = split_step(sharded() ? manifest_.parts : std::vector<Part>{whole_part(manifest_)}, needs);
   // (no operation at all: no receiver holds anything, a one-rank communicator: one operation still)
   split_ = sharded() || (!ops_.empty() && (ops_.size() != 1 || int(ops_[0].participants.size()) != e_.comm.nranks()));
@@ -111,7 +117,6 @@ Status Model::split(const coll::OpWire& w) {
   // (the sources start streaming now: an elastic receiver is alive to them while it makes its mirrors)
   if (split_ && !is_source()) beat_ahead();
   if (split_ && !is_source()) mirror_wholes();
-  return Status::Ok();
 }
 
 // A split receiver mirrors every logical tensor, those it holds whole included: they are written

@@ -39,10 +39,12 @@ struct Comms {
 
 // N members of an elastic communicator (lease `lease_ms`) as threads, in `regions` (by rank; empty:
 // none); null where an init failed. The caller destroys (or aborts) them.
-inline std::vector<sparrowComm_t> open_elastic(int n, int lease_ms, const std::vector<const char*>& regions = {}) {
+inline std::vector<sparrowComm_t> open_elastic(int n, int lease_ms, const std::vector<const char*>& regions = {},
+                                               sparrowUniqueId* id_out = nullptr) {
   std::vector<sparrowComm_t> c(size_t(n), nullptr);
   sparrowUniqueId id;
   if (sparrowGetUniqueId(&id) != sparrowSuccess) return c;
+  if (id_out) *id_out = id;  // (for a rank that joins later: sparrowCommJoin)
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r] {

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <barrier>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <map>
 #include <string>
 #include <vector>
@@ -414,6 +418,108 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   EXPECT_EQ(std::vector<int>(live, live + nlive), (std::vector<int>{0, 1, 2}));
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(version_of(m[size_t(r)]), 3u);
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+}
+
+// Ranks 0..2 of `m` step together (rank 0 first mutates its tensors and records what it pushes, by
+// version) until `stop(s)`, asked of rank 0 after step s, says so; every step must succeed.
+void step_until(const std::vector<sparrowModel_t>& m, std::vector<Held>& root, std::map<uint64_t, std::vector<Held>>& pushed,
+                std::mutex& mu, const std::function<bool(int)>& stop) {
+  std::barrier meet(3);
+  bool done = false;
+  auto body = [&](int r) {
+    for (int s = 0; s < 300 && !done; ++s) {
+      if (r == 0) {
+        mutate(root, 600 + uint64_t(s));
+        std::lock_guard<std::mutex> l(mu);
+        pushed[version_of(m[0]) + 1] = root;
+      }
+      meet.arrive_and_wait();
+      EXPECT_EQ(sparrowModelSync(m[size_t(r)]), sparrowSuccess) << "rank " << r << " at step " << s;
+      meet.arrive_and_wait();
+      if (r == 0) done = stop(s);
+      meet.arrive_and_wait();
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r) ts.emplace_back(body, r);
+  for (auto& t : ts) t.join();
+}
+
+bool is_member(sparrowComm_t c, int rank) {
+  int live[8], nlive = 0;
+  EXPECT_EQ(sparrowCommGetMembers(c, live, 8, &nlive), sparrowSuccess);
+  return std::find(live, live + nlive, rank) != live + nlive;
+}
+
+// A worker that dies and comes back (sparrowCommJoin into its slot, with its old layout) rejoins the
+// model, split step and all: the root admits it at a step's start and sends it the agreement it
+// missed; it gets that step's whole version, then every step, bit-exact, with the version every
+// rank sees. A joiner whose layout differs from its slot's plan fails alone, naming the rows, and
+// the others' steps go on.
+TEST(ModelSync, AWorkerThatRejoinsAnElasticCommunicatorGetsTheModelAgain) {
+  const int n = 4;
+  sparrowUniqueId id;
+  std::vector<sparrowComm_t> c = open_elastic(n, 1000, {}, &id);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<std::vector<Held>> held = {trainer(17), tp_worker(0), tp_worker(1), trainer(98)};
+  std::vector<sparrowModel_t> m(n);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(make_model(&m[size_t(r)], c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
+  ASSERT_EQ(sync_first(m, n), std::vector<sparrowResult_t>(n, sparrowSuccess));
+  std::map<uint64_t, std::vector<Held>> pushed;
+  std::mutex mu;
+  for (bool same_layout : {true, false}) {
+    EXPECT_EQ(sparrowModelDestroy(m[3]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommAbort(c[3]), sparrowSuccess);  // the whole-tensor worker dies
+    std::atomic<bool> failed{false};
+    std::vector<Held> mine = same_layout ? trainer(97) : tp_worker(0);
+    std::vector<uint64_t> versions;
+    std::thread joiner([&] {
+      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+      cfg.elastic = 1;
+      cfg.leaseMs = 1000;
+      int rank = 3;
+      if (sparrowCommJoin(&c[3], id, &cfg, &rank) != sparrowSuccess) {
+        ADD_FAILURE() << "join: " << sparrowGetLastError(nullptr);
+        failed = true;
+        return;
+      }
+      EXPECT_EQ(make_model(&m[3], c[3], mine, 0), sparrowSuccess);
+      for (int k = 0; k < (same_layout ? 3 : 1); ++k) {
+        const sparrowResult_t rc = sparrowModelSync(m[3]);
+        if (!same_layout) {
+          EXPECT_EQ(rc, sparrowInvalidUsage);
+          EXPECT_NE(std::string(sparrowGetLastError(c[3])).find("rejoined a model whose steps were planned with rows"),
+                    std::string::npos) << sparrowGetLastError(c[3]);
+          break;
+        }
+        ASSERT_EQ(rc, sparrowSuccess) << "the joiner's step " << k << ": " << sparrowGetLastError(c[3]);
+        versions.push_back(version_of(m[3]));
+        std::lock_guard<std::mutex> l(mu);
+        for (const Held& h : mine) ASSERT_EQ(h.data, find(pushed[versions.back()], h.name).data) << h.name << " at " << k;
+      }
+      failed = !same_layout;
+    });
+    int admitted = -1;
+    step_until(m, held[0], pushed, mu, [&](int s) {
+      if (!same_layout) return failed.load();
+      if (admitted < 0 && is_member(c[0], 3)) admitted = s;
+      return admitted >= 0 && s == admitted + 2;
+    });
+    joiner.join();
+    for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[size_t(1 + tp)], tp, "after the joiner");
+    if (same_layout) {
+      ASSERT_EQ(versions.size(), 3u);
+      EXPECT_EQ(versions.back(), version_of(m[0])) << "the joiner's last step is the root's";
+      EXPECT_EQ(versions[1], versions[0] + 1);
+      EXPECT_TRUE(is_member(c[0], 3));
+    } else {
+      EXPECT_FALSE(is_member(c[0], 3)) << "the joiner that does not fit is dropped";
+    }
+  }
+  for (int r = 0; r < n; ++r) {
     EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
     EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
   }

@@ -66,6 +66,12 @@ std::vector<int> admit_joiners(Engine& e, uint64_t seq) {
   return admitted;
 }
 
+std::vector<int> admit_ahead(Engine& e, uint64_t seq) {
+  e.elastic.admitted_seq = seq;
+  e.elastic.admitted = admit_joiners(e, seq);
+  return e.elastic.admitted;
+}
+
 void publish_free_slots(Engine& e) {
   std::vector<int> free;
   for (int r = 0; r < e.comm.nranks(); ++r)

@@ -37,6 +37,10 @@ void drop_member(Engine& e, int r, uint64_t seq, const std::string& why);
 // operation, and lists it for a full snapshot in every buffer set; then publishes the slots still
 // free. Returns the ranks admitted.
 std::vector<int> admit_joiners(Engine& e, uint64_t seq);
+// The same ahead of operation `seq`, by a caller that sends the joiners something first (a model's
+// agreement): operation `seq` then admits no others, and counts these as its joiners (those among
+// its participants).
+std::vector<int> admit_ahead(Engine& e, uint64_t seq);
 // The root tells the store which slots are free now (for joiners that do not name one).
 void publish_free_slots(Engine& e);
 // A receiver applies an elastic header's membership: rejoined ranks' new places, drops.

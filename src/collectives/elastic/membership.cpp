@@ -175,7 +175,12 @@ void attach(Engine& e, Relay& relay, const topology::Tree& t, int root) {
 Status plan_members(Engine& e, SparseOp& op, int root, const std::vector<int>* participants) {
   if (participants) op.participants = *participants;
   if (e.rank() != root) return Status::Ok();  // (from the header)
-  if (!participants) op.joined = admit_joiners(e, op.seq);
+  if (e.elastic.admitted_seq == op.seq) {  // (admitted ahead of it: admit_ahead)
+    for (int r : e.elastic.admitted)
+      if (!participants || std::binary_search(participants->begin(), participants->end(), r)) op.joined.push_back(r);
+  } else if (!participants) {
+    op.joined = admit_joiners(e, op.seq);
+  }
   op.members = e.members.live();
   if (participants)
     std::erase_if(op.members, [&](int r) { return !std::binary_search(participants->begin(), participants->end(), r); });
