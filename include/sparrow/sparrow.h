@@ -355,8 +355,8 @@ sparrowResult_t sparrowModelCreate(sparrowModel_t* model, sparrowComm_t comm, co
  * of the step verified, so it never holds a mix of versions. On an elastic communicator the sources
  * agree on the members at the start of every step (a worker one source dropped is out of every
  * source's operations); a source that is lost fails the step on every rank (sparrowPeerLost naming
- * it), the workers' tensors holding the last version; a rank that joins (sparrowCommJoin) is not
- * admitted. Staging:
+ * it), the workers' tensors holding the last version; a worker that joins (sparrowCommJoin) is
+ * admitted at the sources' roll call, as with one source. Staging:
  * on a source, Stage sends its part as Sync does; a receiver stages every source's part as one step.
  * sources NULL or {root}: sparrowModelCreate. */
 sparrowResult_t sparrowModelCreateSharded(sparrowModel_t* model, sparrowComm_t comm, const sparrowTensor_t* tensors,

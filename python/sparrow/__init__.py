@@ -640,8 +640,8 @@ class WeightSync:
     communicator workers may die or stall and are dropped by every source; a source that is lost
     fails every rank's step (PeerLost naming it), workers keeping the last version. A restarted
     worker that joins (Communicator.join) creates its WeightSync as the first one did; its first
-    step() receives the step it was admitted into (one source at rank 0; in a split step it holds
-    its slot's layout).
+    step() receives the step it was admitted into (the root is rank 0; in a split step it holds its
+    slot's layout).
     """
 
     def __init__(self, comm: Communicator, named_tensors: Iterable[Tuple[str, Any]] | Iterable[Any], root: int = 0,

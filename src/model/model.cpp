@@ -158,7 +158,7 @@ void Model::read_version() {
 Status Model::step() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
-  welcome_joiners();
+  if (!sharded()) welcome_joiners(e_.comm.peek_seq());  // (several sources: at their roll call)
   if (split_) return step_split();
   // A piece that could not be read (device memory) still takes part, and is not written: the mirror
   // is then ahead of it, which the next step's comparison refuses and repairs, as a drifted piece.
@@ -173,7 +173,7 @@ Status Model::step() {
 Status Model::stage() {
   if (!agreed_) SPARROW_RETURN_IF_ERROR(agree());
   agreed_ = true;
-  welcome_joiners();
+  if (!sharded()) welcome_joiners(e_.comm.peek_seq());  // (several sources: at their roll call)
   if (split_) return is_source() ? step_split() : stage_split();
   // (a piece that could not be read: the commit's projection compares it again, and fails or rewrites
   // what differs; the staged step goes on meanwhile, as the other ranks' does)

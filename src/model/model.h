@@ -76,7 +76,9 @@ class Model {
   Status agree_one(const coll::OpWire& w);
   // A rank that rejoined an elastic communicator into a slot of a model agreed before (rejoin.cpp):
   // the root sends each joiner it admits at a step's start what it missed; the joiner plans with it.
-  void welcome_joiners();
+  // The root (rank 0): admits the waiting joiners ahead of operation `seq` (the step's first) and
+  // sends each the agreement; returns them.
+  std::vector<int> welcome_joiners(uint64_t seq);
   bool rejoining() const;  // a joiner that has taken part in no operation yet
   Status rejoin();
   void adopt_plan(const Needs& needs);   // the operations of a step, this rank's rows and mirrors
@@ -154,7 +156,8 @@ constexpr uint32_t kManifestSub = 1, kPartSub = 2, kRowsSub = 3, kNeedsSub = 4;
 // The sources' roll call at the start of a step on an elastic communicator (roll_call.cpp), keyed in
 // the number of the step's first operation (apart from any sub an operation uses): a source's members
 // to the root, the root's members of the step and verdict to each source.
-constexpr uint32_t kRollSub = 0xc0000000u, kRollLiveSub = 0xc0000001u, kRollVerdictSub = 0xc0000002u;
+constexpr uint32_t kRollSub = 0xc0000000u, kRollLiveSub = 0xc0000001u, kRollVerdictSub = 0xc0000002u,
+                   kRollJoinedSub = 0xc0000004u;  // (the root to each source: the joiners it admitted, where they are)
 // What the root sends a rank that rejoins an agreed model, in the number of the step's first
 // operation: the manifest and, for a split step, every receiver's rows (rejoin.cpp).
 constexpr uint32_t kRejoinSub = 0xc0000003u;

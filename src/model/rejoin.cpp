@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A rank that rejoins an elastic communicator (sparrowCommJoin) into a slot of a model agreed before it
-// came: a restarted rollout worker. The model's root, rank 0 with one source, admits the waiting
-// joiners at the start of a step (coll::admit_ahead: the step's first operation is a joiner's first)
-// and sends each what it missed of the agreement: the manifest and, when the step is split, every
+// came: a restarted rollout worker. The model's root, rank 0, admits the waiting joiners at the start
+// of a step (coll::admit_ahead: the step's first operation is a joiner's first; with several sources
+// in their roll call, which tells the other sources where each joiner is, roll_call.cpp) and sends
+// each what it missed of the agreement: the manifest and, when the step is split, every
 // receiver's rows (kRejoinSub, in the number of the step's first operation). A joiner's model looks
 // for it when it has taken part in no operation since it joined: the operation that admitted it was
 // then a model's step (a new model's agreement would come after an operation it took part in). The
@@ -66,22 +67,23 @@ bool Model::rejoining() const {
   return e_.comm.elastic() && !is_root() && e_.elastic.joined_at != 0 && e_.elastic.joined_at == e_.comm.peek_seq();
 }
 
-void Model::welcome_joiners() {
-  if (!e_.comm.elastic() || sharded() || !is_root() || e_.rank() != 0) return;  // (rank 0 admits joiners)
-  const uint64_t seq = e_.comm.peek_seq();
-  const std::vector<int> joined = coll::admit_ahead(e_, seq);
-  if (joined.empty()) return;
+std::vector<int> Model::welcome_joiners(uint64_t seq) {
+  if (!e_.comm.elastic() || !is_root() || e_.rank() != 0) return {};  // (rank 0 admits joiners)
+  std::vector<int> joined = coll::admit_ahead(e_, seq);
+  if (joined.empty()) return {};
   const auto welcome = coll::share(encode_welcome(manifest_.encode(), needs_wire_));
   for (int r : joined) {
     Status s = e_.wire(seq).send({r}, kRejoinSub, welcome);
     if (!s.ok()) coll::drop_member(e_, r, seq, "the model's manifest could not be sent to it: " + s.to_string());
   }
+  std::erase_if(joined, [&](int r) { return !e_.members.is_live(r); });
+  return joined;
 }
 
 Status Model::rejoin() {
-  if (sharded())
-    return Error(Code::kInvalidUsage, "rank " + std::to_string(e_.rank()) + " joined the communicator; a model "
-                                      "with several sources admits no rank that joins (only one with one source, rank 0)");
+  if (is_source())
+    return Error(Code::kInvalidUsage, "rank " + std::to_string(e_.rank()) + " joined into a source's slot: a "
+                                      "model's source cannot be replaced (its part of every version is its own)");
   SPARROW_ASSIGN_OR_RETURN(auto b, e_.wire(e_.comm.peek_seq()).recv(root_, kRejoinSub));
   SPARROW_ASSIGN_OR_RETURN(ModelWelcome w, decode_welcome(b));
   SPARROW_ASSIGN_OR_RETURN(Manifest m, Manifest::decode(w.manifest));

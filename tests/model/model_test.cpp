@@ -423,19 +423,15 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   }
 }
 
-// Ranks 0..2 of `m` step together (rank 0 first mutates its tensors and records what it pushes, by
-// version) until `stop(s)`, asked of rank 0 after step s, says so; every step must succeed.
-void step_until(const std::vector<sparrowModel_t>& m, std::vector<Held>& root, std::map<uint64_t, std::vector<Held>>& pushed,
-                std::mutex& mu, const std::function<bool(int)>& stop) {
-  std::barrier meet(3);
+// Ranks 0..ranks-1 of `m` step together (rank 0 first calls before(s): the sources' new version)
+// until `stop(s)`, asked of rank 0 after step s, says so; every step must succeed.
+void step_until(const std::vector<sparrowModel_t>& m, int ranks, const std::function<void(int)>& before,
+                const std::function<bool(int)>& stop) {
+  std::barrier meet(ranks);
   bool done = false;
   auto body = [&](int r) {
     for (int s = 0; s < 300 && !done; ++s) {
-      if (r == 0) {
-        mutate(root, 600 + uint64_t(s));
-        std::lock_guard<std::mutex> l(mu);
-        pushed[version_of(m[0]) + 1] = root;
-      }
+      if (r == 0) before(s);
       meet.arrive_and_wait();
       EXPECT_EQ(sparrowModelSync(m[size_t(r)]), sparrowSuccess) << "rank " << r << " at step " << s;
       meet.arrive_and_wait();
@@ -444,8 +440,42 @@ void step_until(const std::vector<sparrowModel_t>& m, std::vector<Held>& root, s
     }
   };
   std::vector<std::thread> ts;
-  for (int r = 0; r < 3; ++r) ts.emplace_back(body, r);
+  for (int r = 0; r < ranks; ++r) ts.emplace_back(body, r);
   for (auto& t : ts) t.join();
+}
+
+// A process that joins slot `slot` of the elastic communicator made from `id` (into c[slot]) and
+// creates its model over `mine` (into m[slot]) with `make`; then `steps` steps, each checked against
+// what the sources pushed for the version it got (`pushed`, by version, under `mu`; `logical`: the
+// name of each tensor there). `steps` 0: one step that must fail with sparrowInvalidUsage naming
+// its rows. False when the join failed.
+bool join_and_step(const sparrowUniqueId& id, int slot, std::vector<sparrowComm_t>& c, std::vector<sparrowModel_t>& m,
+                   std::vector<Held>& mine, const std::function<sparrowResult_t(sparrowModel_t*, sparrowComm_t)>& make,
+                   int steps, std::map<uint64_t, std::vector<Held>>& pushed, std::mutex& mu, std::vector<uint64_t>* versions) {
+  sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+  cfg.elastic = 1;
+  cfg.leaseMs = 1000;
+  int rank = slot;
+  if (sparrowCommJoin(&c[size_t(slot)], id, &cfg, &rank) != sparrowSuccess) {
+    ADD_FAILURE() << "join: " << sparrowGetLastError(nullptr);
+    return false;
+  }
+  EXPECT_EQ(make(&m[size_t(slot)], c[size_t(slot)]), sparrowSuccess);
+  for (int k = 0; k < std::max(steps, 1); ++k) {
+    const sparrowResult_t rc = sparrowModelSync(m[size_t(slot)]);
+    if (steps == 0) {
+      EXPECT_EQ(rc, sparrowInvalidUsage);
+      EXPECT_NE(std::string(sparrowGetLastError(c[size_t(slot)])).find("rejoined a model whose steps were planned with rows"),
+                std::string::npos) << sparrowGetLastError(c[size_t(slot)]);
+      break;
+    }
+    EXPECT_EQ(rc, sparrowSuccess) << "the joiner's step " << k << ": " << sparrowGetLastError(c[size_t(slot)]);
+    if (rc != sparrowSuccess) break;
+    versions->push_back(version_of(m[size_t(slot)]));
+    std::lock_guard<std::mutex> l(mu);
+    for (const Held& h : mine) EXPECT_EQ(h.data, find(pushed[versions->back()], h.name).data) << h.name << " at " << k;
+  }
+  return true;
 }
 
 bool is_member(sparrowComm_t c, int rank) {
@@ -473,38 +503,22 @@ TEST(ModelSync, AWorkerThatRejoinsAnElasticCommunicatorGetsTheModelAgain) {
   for (bool same_layout : {true, false}) {
     EXPECT_EQ(sparrowModelDestroy(m[3]), sparrowSuccess);
     EXPECT_EQ(sparrowCommAbort(c[3]), sparrowSuccess);  // the whole-tensor worker dies
-    std::atomic<bool> failed{false};
+    std::atomic<bool> done{false};
     std::vector<Held> mine = same_layout ? trainer(97) : tp_worker(0);
     std::vector<uint64_t> versions;
     std::thread joiner([&] {
-      sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-      cfg.elastic = 1;
-      cfg.leaseMs = 1000;
-      int rank = 3;
-      if (sparrowCommJoin(&c[3], id, &cfg, &rank) != sparrowSuccess) {
-        ADD_FAILURE() << "join: " << sparrowGetLastError(nullptr);
-        failed = true;
-        return;
-      }
-      EXPECT_EQ(make_model(&m[3], c[3], mine, 0), sparrowSuccess);
-      for (int k = 0; k < (same_layout ? 3 : 1); ++k) {
-        const sparrowResult_t rc = sparrowModelSync(m[3]);
-        if (!same_layout) {
-          EXPECT_EQ(rc, sparrowInvalidUsage);
-          EXPECT_NE(std::string(sparrowGetLastError(c[3])).find("rejoined a model whose steps were planned with rows"),
-                    std::string::npos) << sparrowGetLastError(c[3]);
-          break;
-        }
-        ASSERT_EQ(rc, sparrowSuccess) << "the joiner's step " << k << ": " << sparrowGetLastError(c[3]);
-        versions.push_back(version_of(m[3]));
-        std::lock_guard<std::mutex> l(mu);
-        for (const Held& h : mine) ASSERT_EQ(h.data, find(pushed[versions.back()], h.name).data) << h.name << " at " << k;
-      }
-      failed = !same_layout;
+      auto make = [&](sparrowModel_t* x, sparrowComm_t cc) { return make_model(x, cc, mine, 0); };
+      join_and_step(id, 3, c, m, mine, make, same_layout ? 3 : 0, pushed, mu, &versions);
+      done = true;
     });
     int admitted = -1;
-    step_until(m, held[0], pushed, mu, [&](int s) {
-      if (!same_layout) return failed.load();
+    auto before = [&](int s) {
+      mutate(held[0], 600 + uint64_t(s));
+      std::lock_guard<std::mutex> l(mu);
+      pushed[version_of(m[0]) + 1] = held[0];
+    };
+    step_until(m, 3, before, [&](int s) {
+      if (!same_layout) return done.load();
       if (admitted < 0 && is_member(c[0], 3)) admitted = s;
       return admitted >= 0 && s == admitted + 2;
     });
@@ -868,6 +882,52 @@ TEST(ModelSync, TwoSourcesOnAnElasticCommunicatorAgreeOnTheMembersAndGoOn) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(members(r), (std::vector<int>{0, 1, 2, 3})) << "rank " << r << " counts it out";
     EXPECT_EQ(version_of(m[size_t(r)]), 5u) << "rank " << r;
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+}
+
+// With two sources, a worker that dies and comes back (into its slot, with its old layout) rejoins
+// too: the root admits it at the sources' roll call, sends it the agreement, and tells source 1 where
+// it is; it gets every source's rows of that step's version, then every step, bit-exact.
+TEST(ModelSync, AWorkerThatRejoinsAModelWithTwoSourcesGetsEverySourcesRows) {
+  const int n = 5;
+  sparrowUniqueId id;
+  std::vector<sparrowComm_t> c = open_elastic(n, 1000, {}, &id);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<Held> logical = trainer(51);
+  std::vector<std::vector<Held>> held = {shard(logical, 0), shard(logical, 1), tp_worker(0), tp_worker(1), trainer(52)};
+  const std::vector<int> src = {0, 1};
+  std::vector<sparrowModel_t> m(n);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(make_sharded(&m[size_t(r)], c[size_t(r)], held[size_t(r)], src), sparrowSuccess);
+  ASSERT_EQ(sync_first(m, n), std::vector<sparrowResult_t>(n, sparrowSuccess)) << sparrowGetLastError(c[4]);
+  EXPECT_EQ(sparrowModelDestroy(m[4]), sparrowSuccess);
+  EXPECT_EQ(sparrowCommAbort(c[4]), sparrowSuccess);  // the whole-tensor worker dies
+  std::map<uint64_t, std::vector<Held>> pushed;
+  std::mutex mu;
+  std::vector<Held> mine = trainer(53);
+  std::vector<uint64_t> versions;
+  std::thread joiner([&] {
+    auto make = [&](sparrowModel_t* x, sparrowComm_t cc) { return make_sharded(x, cc, mine, src); };
+    join_and_step(id, 4, c, m, mine, make, 3, pushed, mu, &versions);
+  });
+  int admitted = -1;
+  auto before = [&](int s) {
+    mutate(logical, 700 + uint64_t(s));
+    refill_sources(logical, held);
+    std::lock_guard<std::mutex> l(mu);
+    pushed[version_of(m[0]) + 1] = logical;
+  };
+  step_until(m, 4, before, [&](int s) {
+    if (admitted < 0 && is_member(c[0], 4)) admitted = s;
+    return admitted >= 0 && s == admitted + 2;
+  });
+  joiner.join();
+  for (int tp = 0; tp < 2; ++tp) expect_projection(logical, held[size_t(2 + tp)], tp, "after the joiner");
+  ASSERT_EQ(versions.size(), 3u);
+  EXPECT_EQ(versions.back(), version_of(m[0]));
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(is_member(c[size_t(r)], 4)) << "rank " << r;
+  for (int r = 0; r < n; ++r) {
     EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
     EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
   }

@@ -72,6 +72,16 @@ std::vector<int> admit_ahead(Engine& e, uint64_t seq) {
   return e.elastic.admitted;
 }
 
+void take_joiner(Engine& e, const Place& p, uint64_t seq) {
+  if (p.rank <= 0 || p.rank >= e.comm.nranks() || p.rank == e.rank()) return;
+  e.comm.set_place(p.rank, info_of(p, e.comm.net().nstreams(), e.comm));
+  e.elastic.moved[p.rank] = p;
+  for (auto& [key, rs] : e.roots) rs.need_resync[p.rank] = 0;
+  if (e.elastic.admitted_seq != seq) e.elastic.admitted.clear();
+  e.elastic.admitted_seq = seq;
+  e.elastic.admitted.push_back(p.rank);
+}
+
 void publish_free_slots(Engine& e) {
   std::vector<int> free;
   for (int r = 0; r < e.comm.nranks(); ++r)

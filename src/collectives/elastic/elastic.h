@@ -41,6 +41,10 @@ std::vector<int> admit_joiners(Engine& e, uint64_t seq);
 // agreement): operation `seq` then admits no others, and counts these as its joiners (those among
 // its participants).
 std::vector<int> admit_ahead(Engine& e, uint64_t seq);
+// Another sender of the same step (a model's other source) takes a joiner the root admitted ahead of
+// operation `seq` and told it about (`p`: where it is now): its place, its listing in this rank's
+// headers, a full snapshot of every buffer set this rank sends, and the joiners of `seq`.
+void take_joiner(Engine& e, const Place& p, uint64_t seq);
 // The root tells the store which slots are free now (for joiners that do not name one).
 void publish_free_slots(Engine& e);
 // A receiver applies an elastic header's membership: rejoined ranks' new places, drops.
