@@ -7,12 +7,11 @@
 // receiver's rows (kRejoinSub, in the number of the step's first operation). A joiner's model looks
 // for it when it has taken part in no operation since it joined: the operation that admitted it was
 // then a model's step (a new model's agreement would come after an operation it took part in). The
-// joiner plans its tensors against the
-// manifest and takes part in the step; its buffers get a full snapshot, or catch up from a retained
-// version they hold (the collectives' joiner path). In a split step the operations were cut for the
-// rows each slot was planned with, so the joiner must hold its slot's rows (a worker restarted with
-// its old layout); one that holds others fails alone, with kInvalidUsage, and the root drops it when
-// its lease runs out, as any member that does not answer.
+// joiner plans its tensors against the manifest and takes part in the step; its buffers get a full
+// snapshot, or catch up from a retained version they hold (the collectives' joiner path). In a split
+// step the operations were cut for the rows each slot was planned with, so the joiner must hold its
+// slot's rows (a worker restarted with its old layout); one that holds others fails alone, with
+// kInvalidUsage, and the root drops it when its lease runs out, as any member that does not answer.
 #include <algorithm>
 
 #include "collectives/elastic/elastic.h"
@@ -42,6 +41,7 @@ Result<ModelWelcome> decode_welcome(std::span<const uint8_t> b) {
   uint32_t magic = 0, len = 0;
   const uint8_t* p = nullptr;
   SPARROW_RETURN_IF_ERROR(r.u32(&magic));
+  if (magic != kWelcomeMagic) return CorruptData("not a model's welcome");
   SPARROW_RETURN_IF_ERROR(r.u32(&len));
   SPARROW_RETURN_IF_ERROR(r.bytes(len, &p));
   return ModelWelcome{{p, len}, b.subspan(b.size() - r.remaining())};
