@@ -65,7 +65,13 @@ std::string tile(Held& h, const std::function<std::string(uint64_t, uint64_t)>& 
   return {};
 }
 
-std::string range(uint64_t a, uint64_t b) { return "[" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
+std::string range(uint64_t a, uint64_t b) {
+  std::string o = "[";  // (appended: GCC 12 warns, wrongly, of `"[" + std::to_string(a)`)
+  o += std::to_string(a);
+  o += ", ";
+  o += std::to_string(b);
+  return o + ")";
+}
 
 // f(local index, what travels (an entry of the source's manifest), first row, end row, local row) for
 // every slice of the source's tensors, in order.
