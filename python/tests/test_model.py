@@ -425,60 +425,86 @@ def test_two_fsdp_sources_feed_tp_workers_bit_exact():
 def megatron_shard(trainer, tp_rank, tp_size):
     """A Megatron-style tensor-parallel trainer rank: the engine layout of that rank (fused,
     column-parallel qkv and gate_up, row-parallel o and down: columns of every row, vocab-parallel
-    embeddings with padding) holding the trainer's weights. Tensors replicated on every rank (the
-    norms) are passed by rank 0 only, so that the sources hold every element once."""
+    embeddings with padding) holding the trainer's weights. What several ranks hold (the norms on
+    every rank; kv heads replicated when tp_size exceeds their number) is passed by the lowest of
+    them only, so that the sources hold every element once: a replica's rows stay in its tensor,
+    covered by no piece."""
+    claimed = set()
+    for lower in range(tp_rank):
+        for pieces in layouts.decoder(**CFG, tp_rank=lower, tp_size=tp_size)[1].values():
+            claimed.update((p.logical, p.dim, p.start, p.stop) for p in pieces)
     shapes, layout = layouts.decoder(**CFG, tp_rank=tp_rank, tp_size=tp_size)
+    layout = {n: [p for p in pieces if (p.logical, p.dim, p.start, p.stop) not in claimed]
+              for n, pieces in layout.items()}
     tensors = {n: reference(trainer, n, tp_rank, tp_size).clone(memory_format=torch.contiguous_format)
-               for n in shapes if n in layout or tp_rank == 0}
+               for n in shapes if layout.get(n) or (n not in layout and tp_rank == 0)}
     return tensors, {n: p for n, p in layout.items() if n in tensors}
 
 
-def test_a_tensor_parallel_trainer_as_two_sources_feeds_every_layout_bit_exact():
+@pytest.mark.parametrize("tp", [2, 4])
+def test_a_tensor_parallel_trainer_as_sources_feeds_every_layout_bit_exact(tp):
+    """Ranks 0..tp-1: a TP=tp trainer (at 4, with kv heads replicated on pairs of ranks); then a
+    whole-tensor worker, rank 1 of a TP=4 engine and a TP=1 engine."""
     trainer = Trainer(6)
-    workers = {3: engine_tensors(1, 4), 4: engine_tensors(0, 1)}  # GQA replication on TP=4; TP=1 fused
+    whole_rank, tp4_rank, tp1_rank = tp, tp + 1, tp + 2
+    workers = {tp4_rank: engine_tensors(1, 4), tp1_rank: engine_tensors(0, 1)}
     whole = [(n, torch.zeros_like(t)) for n, t in reversed(trainer.bf16)]
-    barrier = threading.Barrier(5, timeout=60)
+    barrier = threading.Barrier(tp + 3, timeout=60)
+    sources = list(range(tp))
 
     def body(c, r):
-        if r < 2:
-            tensors, layout = megatron_shard(trainer, r, 2)
-        elif r == 2:
+        if r < tp:
+            tensors, layout = megatron_shard(trainer, r, tp)
+        elif r == whole_rank:
             tensors, layout = dict(whole), None
         else:
             tensors, layout = workers[r]
-        sync = sparrow.WeightSync(c, list(tensors.items()), root=0, layout=layout, sources=[0, 1])
+        sync = sparrow.WeightSync(c, list(tensors.items()), root=0, layout=layout, sources=sources)
         versions = []
         for step in range(3):
             barrier.wait()
             if r == 0 and step:
                 trainer.train_step()
             barrier.wait()
-            if r < 2:  # the trainer ranks' own shards of the new weights, in place
-                for n, t in megatron_shard(trainer, r, 2)[0].items():
+            if r < tp:  # the trainer ranks' own shards of the new weights, in place
+                for n, t in megatron_shard(trainer, r, tp)[0].items():
                     tensors[n].copy_(t)
             barrier.wait()
             versions.append(sync.step()["version"])
             barrier.wait()
-            if r == 2:
+            if r == whole_rank:
                 for n, t in tensors.items():
                     assert same_bits(t, trainer.tensor(n)), f"step {step}: {n} on the whole worker"
-            if r > 2:
-                tp_rank, tp_size = (1, 4) if r == 3 else (0, 1)
+            if r > whole_rank:
+                tp_rank, tp_size = (1, 4) if r == tp4_rank else (0, 1)
                 for n, t in tensors.items():
                     assert same_bits(t, reference(trainer, n, tp_rank, tp_size)), f"step {step}: {n} on rank {r}"
             o = "model.layers.1.self_attn.o_proj.weight"
-            if r in (2, 4):
+            if r in (whole_rank, tp1_rank):
                 digests[r].append(sync.digest(o))
-            if r in (0, 3):
+            if r in (0, tp4_rank):
                 with pytest.raises(sparrow.InvalidUsage, match="every column"):
                     sync.digest(o)  # it holds some of o's columns
         return versions
 
-    digests = {2: [], 4: []}
-    assert run_ranks(5, body) == [[1, 2, 3]] * 5
-    assert digests[2] == digests[4], "the whole worker and the TP=1 engine hold the same o"
-    assert len(set(digests[2])) == 3, "o changed every step"
+    digests = {whole_rank: [], tp1_rank: []}
+    assert run_ranks(tp + 3, body) == [[1, 2, 3]] * (tp + 3)
+    assert digests[whole_rank] == digests[tp1_rank], "the whole worker and the TP=1 engine hold the same o"
+    assert len(set(digests[whole_rank])) == 3, "o changed every step"
 
+
+# The ranks of a process test's script: rank 0 the trainer (`logical`, whole), ranks 1-2 a TP=2
+# engine (`cfg`'s decoder layout), rank 3 a worker holding whole tensors; `sync` their WeightSync.
+ENGINE_RANKS = """
+    if rank == 0:
+        tensors, layout = list(logical.items()), None
+    elif rank in (1, 2):
+        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 1, tp_size=2)
+        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
+    else:
+        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
+    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout)
+"""
 
 # A rollout worker killed in the middle of a step, on an elastic communicator, as processes: rank 3
 # (whole tensors) stages the first version (a full snapshot of ~100 MB) and kills itself once part of
@@ -498,14 +524,7 @@ KILLED_MID_STEP = """
     def mutate(step):
         for i, t in enumerate(logical.values()):
             t.view(torch.int16).view(-1)[(step + i) % 97::97] += 1
-    if rank == 0:
-        tensors, layout = list(logical.items()), None
-    elif rank in (1, 2):
-        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 1, tp_size=2)
-        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
-    else:
-        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
-    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout)
+""" + ENGINE_RANKS + """
     for step in range(1, 4):
         if step > 1:
             mutate(step)  # the trainer's new version; the workers' copy is their reference
@@ -624,14 +643,7 @@ REJOIN = """
         comm = sparrow.Communicator.join(uid, rank=3, lease_ms=1500)
     else:
         comm = sparrow.Communicator(4, uid, rank, elastic=True, lease_ms=1500)
-    if rank == 0:
-        tensors, layout = list(logical.items()), None
-    elif rank in (1, 2):
-        shapes, layout = layouts.decoder(**cfg, tp_rank=rank - 1, tp_size=2)
-        tensors = [(n, torch.zeros(s, dtype=torch.bfloat16)) for n, s in shapes.items()]
-    else:
-        tensors, layout = [(n, torch.zeros_like(t)) for n, t in logical.items()], None
-    sync = sparrow.WeightSync(comm, tensors, root=0, layout=layout)
+""" + ENGINE_RANKS + """
     if joiner:
         versions, ok = [], True
         for k in range(3):
