@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -162,6 +163,85 @@ inline void collectives_on_device_buffers(const DeviceMem& m, sparrowStream_t st
   EXPECT_EQ(got, src);
   m.download(got.data(), dst1, got.size());
   EXPECT_EQ(got, src);
+}
+
+// A model whose receivers hold their tensors in device memory (an inference engine's weights on its
+// GPU): rank 1 a shard of w [64, 32] (its rows [16, 48) at row 2 of a [36, 32] tensor whose first
+// and last 2 rows are padding) and columns [8, 40) of o [32, 64]; rank 2 both whole (named in
+// another order). Every step is bit-exact against the projection written out here, padding never
+// written; a write into rank 1's shard is refused with nothing written and repaired at the next step.
+inline void models_on_device_buffers(const DeviceMem& m) {
+  const int n = 3;
+  Comms cs(n);
+  const size_t es = 2, wr = 64, wc = 32, orows = 32, oc = 64;
+  std::vector<uint8_t> w = random_bytes(wr * wc * es, 71), o = random_bytes(orows * oc * es, 72);
+  const std::vector<uint8_t> pad = {0xad, 0xde};
+  auto padded = [&](size_t bytes) {
+    std::vector<uint8_t> v(bytes);
+    for (size_t i = 0; i < bytes; ++i) v[i] = pad[i % 2];
+    return v;
+  };
+  auto on_device = [&](const std::vector<uint8_t>& h) {
+    void* d = m.alloc(h.size());
+    m.upload(d, h.data(), h.size());
+    return d;
+  };
+  void* shard = on_device(padded(36 * wc * es));
+  void* cols = on_device(padded(orows * 32 * es));
+  void* whole_w = on_device(std::vector<uint8_t>(w.size(), 0));
+  void* whole_o = on_device(std::vector<uint8_t>(o.size(), 0));
+  const size_t wshape[] = {wr, wc}, oshape[] = {orows, oc}, sshape[] = {36, wc}, cshape[] = {orows, 32};
+  const sparrowPiece_t wp = {"w", 0, 16, 48, 2}, op = {"o", 1, 8, 40, 0};
+  const std::vector<std::vector<sparrowTensor_t>> ts = {
+      {{"w", w.data(), sparrowBfloat16, 2, wshape, nullptr, 0}, {"o", o.data(), sparrowBfloat16, 2, oshape, nullptr, 0}},
+      {{"w_shard", shard, sparrowBfloat16, 2, sshape, &wp, 1}, {"o_cols", cols, sparrowBfloat16, 2, cshape, &op, 1}},
+      {{"o", whole_o, sparrowBfloat16, 2, oshape, nullptr, 0}, {"w", whole_w, sparrowBfloat16, 2, wshape, nullptr, 0}}};
+  std::vector<sparrowModel_t> models(n);
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(sparrowModelCreate(&models[size_t(r)], cs.c[r], ts[size_t(r)].data(), 2, 0), sparrowSuccess);
+  auto down = [&](const void* d, size_t bytes) {
+    std::vector<uint8_t> h(bytes);
+    m.download(h.data(), d, bytes);
+    return h;
+  };
+  auto expect_exact = [&](const std::string& when) {
+    std::vector<uint8_t> want = padded(36 * wc * es);
+    std::memcpy(want.data() + 2 * wc * es, w.data() + 16 * wc * es, 32 * wc * es);
+    ASSERT_EQ(down(shard, want.size()), want) << when << ": rank 1's shard of w (padding untouched)";
+    std::vector<uint8_t> want_cols(orows * 32 * es);
+    for (size_t r = 0; r < orows; ++r) std::memcpy(want_cols.data() + r * 32 * es, o.data() + (r * oc + 8) * es, 32 * es);
+    ASSERT_EQ(down(cols, want_cols.size()), want_cols) << when << ": rank 1's columns of o";
+    ASSERT_EQ(down(whole_w, w.size()), w) << when << ": rank 2's w";
+    ASSERT_EQ(down(whole_o, o.size()), o) << when << ": rank 2's o";
+  };
+  auto step = [&] { return cs.run([&](int r) { return sparrowModelSync(models[size_t(r)]); }); };
+  for (int s = 0; s < 4; ++s) {
+    if (s) {
+      mutate(w, es, 0.02, 800 + s);
+      mutate(o, es, 0.02, 900 + s);
+    }
+    auto rc = step();
+    for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "step " << s << " rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+    expect_exact("step " + std::to_string(s));
+  }
+  // The engine writes into its shard (row 5, inside w's rows): the next step refuses rank 1 and
+  // writes nothing there; the one after repairs it.
+  uint8_t* at = static_cast<uint8_t*>(shard) + (5 * wc + 3) * es;
+  std::vector<uint8_t> cell = down(at, es);
+  cell[0] ^= 0x40;
+  m.upload(at, cell.data(), es);
+  const std::vector<uint8_t> scribbled = down(shard, 36 * wc * es);
+  mutate(w, es, 0.02, 990);
+  auto rc = step();
+  EXPECT_EQ(rc[0], sparrowSuccess);
+  EXPECT_EQ(rc[1], sparrowVersionMismatch) << sparrowGetLastError(cs.c[1]);
+  EXPECT_EQ(rc[2], sparrowSuccess);
+  EXPECT_EQ(down(shard, scribbled.size()), scribbled) << "a refused step writes nothing";
+  mutate(w, es, 0.02, 991);
+  rc = step();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(rc[size_t(r)], sparrowSuccess) << "rank " << r << ": " << sparrowGetLastError(cs.c[r]);
+  expect_exact("after the repair");
+  for (auto x : models) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
 }  // namespace sparrow::test

@@ -41,6 +41,14 @@ TEST_F(DeviceTest, EncoderAndApplyOnDeviceBuffersMatchTheHostPath) {
   EXPECT_GT(fd.dev.host_allocs.load(), 0) << "pinned host room for the changes";
 }
 
+// (the same body runs on a GPU: CudaDevice.ModelsOnDeviceBuffers)
+TEST_F(DeviceTest, ModelsWithReceiversInDeviceMemory) {
+  test::FakeDeviceScope fd;
+  test::models_on_device_buffers(fake_mem(fd.dev));
+  EXPECT_GT(fd.dev.scatters.load(), 0) << "the projection writes the changed elements on the device";
+  EXPECT_GT(fd.dev.block_sum_calls.load(), 0) << "drift is judged by block sums on the device";
+}
+
 TEST_F(DeviceTest, ShadowInPinnedHostMemory) {
   ASSERT_TRUE(params::set_override("GPU_SHADOW", "host").ok());
   test::FakeDeviceScope fd;

@@ -259,6 +259,10 @@ TEST_F(CudaDevice, CollectivesOnDeviceBuffersWithAStream) {
   cudaStreamDestroy(st);
 }
 
+// A model's receivers with fused and sharded tensors in device memory (the FakeDevice runs the same
+// body on every CI machine: DeviceTest.ModelsWithReceiversInDeviceMemory).
+TEST_F(CudaDevice, ModelsOnDeviceBuffers) { test::models_on_device_buffers(cuda_mem(owned)); }
+
 // The GPU a communicator picks its NIC near (topology/nic.h): the calling thread's current device.
 TEST_F(CudaDevice, PciBusIdIsTheCurrentDevices) {
   int n = 0, dev = 0;
