@@ -95,9 +95,8 @@ def trainer_model(a):
 
 def tp_shard(a, model, r, nsrc):
     """Source r of a TP=nsrc trainer: its tensors (copies) and their layout; norms on source 0."""
-    shapes, layout = layouts.decoder(**config(a), tp_rank=r, tp_size=nsrc)
-    tensors = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items() if n in layout or r == 0}
-    layout = {n: p for n, p in layout.items() if n in tensors}
+    shapes, layout = layouts.decoder(**config(a), tp_rank=r, tp_size=nsrc, source=True)
+    tensors = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}
     refill(tensors, layout, model)
     return tensors, layout
 

@@ -3,10 +3,12 @@
 """A trainer and a tensor-parallel rollout engine that generates text between weight commits.
 
 Ranks 0..sources-1 are the trainer: a small byte-level Qwen-style decoder (Hugging Face parameter
-names, GQA attention with qkv bias, SwiGLU MLP, RMSNorm) trained with AdamW, sharded FSDP-style for
-the push: each trainer rank holds a row range (dim 0) of every bf16 tensor and sends its own rows
-with `sparrow.WeightSync(..., sources=[0, ..])`, no gather (for brevity the optimizer step itself is
-replicated on the trainer ranks: same seed, same batches). The next tp ranks are ONE inference engine split tensor-parallel the way vLLM holds
+names, GQA attention with qkv bias, SwiGLU MLP, RMSNorm) trained with AdamW, sharded for the push
+and sending its own part from every rank with `sparrow.WeightSync(..., sources=[0, ..])`, no gather:
+FSDP-style (--trainer fsdp, the default: each rank a row range of every bf16 tensor, as views) or
+tensor-parallel, Megatron-style (--trainer tp: each rank the engine layout of its TP rank of degree
+--sources, `sparrow.layouts.decoder(..., source=True)`). For brevity the optimizer step itself is
+replicated on the trainer ranks: same seed, same batches. The next tp ranks are ONE inference engine split tensor-parallel the way vLLM holds
 it (`sparrow.layouts.decoder`: fused qkv_proj and gate_up_proj, row-parallel o_proj and down_proj,
 vocabulary-parallel embedding and lm_head padded to a multiple of 64 rows). Each worker receives
 only into its own shard, in place; while a new version is staged in the background the engine keeps
@@ -14,6 +16,7 @@ generating with the old one, then commits between two tokens and generates with 
 The engine's forward pass runs across the worker processes (torch.distributed, gloo).
 
     python3 examples/python/tp_rollout.py --tp 2 --steps 3       # spawns 2 trainer ranks + 2 workers
+    python3 examples/python/tp_rollout.py --trainer tp           # the trainer ranks as a TP=2 trainer
 
 Each worker checks its shard bit for bit against the projection the trainer computes of its own
 weights (sha256 per tensor). Exit status 0 only if every shard was bit-exact at every version.
@@ -56,7 +59,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tp", type=positive, default=2, help="tensor-parallel worker processes (one engine)")
-    p.add_argument("--sources", type=positive, default=2, help="trainer processes, each sending its own rows")
+    p.add_argument("--sources", type=positive, default=2, help="trainer processes, each sending its own part")
+    p.add_argument("--trainer", choices=("fsdp", "tp"), default="fsdp",
+                   help="how the trainer ranks shard the weights: row ranges, or tensor-parallel (degree --sources)")
     p.add_argument("--steps", type=positive, default=3, help="training steps, one staged weight push each")
     p.add_argument("--layers", type=positive, default=2)
     p.add_argument("--hidden", type=positive, default=128)
@@ -72,6 +77,11 @@ def parse_args(argv=None):
     if a.heads % a.tp or a.intermediate % a.tp or (a.tp > a.kv_heads and a.tp % a.kv_heads) or \
             (a.tp <= a.kv_heads and a.kv_heads % a.tp):
         p.error(f"--tp {a.tp} must divide --heads and --intermediate, and divide or be a multiple of --kv-heads")
+    if a.trainer == "tp" and (a.heads % a.sources or a.intermediate % a.sources or
+                              (a.sources > a.kv_heads and a.sources % a.kv_heads) or
+                              (a.sources <= a.kv_heads and a.kv_heads % a.sources)):
+        p.error(f"--trainer tp --sources {a.sources} must divide --heads and --intermediate, and divide or be a "
+                "multiple of --kv-heads")
     if a.sources > a.kv_heads * (a.hidden // a.heads):  # k_proj, the tensor with the fewest rows
         p.error(f"--sources {a.sources}: more trainer ranks than k_proj has rows ({a.kv_heads * (a.hidden // a.heads)})")
     if not os.path.isfile(a.text):
@@ -160,15 +170,27 @@ def sha(torch, tensors):
 
 
 def source_sync(sparrow, comm, bf16, a, rank):
-    """This trainer rank's WeightSync: its rows [lo, hi) of every tensor, as views (no copy)."""
+    """This trainer rank's WeightSync and what refreshes its tensors after a training step: fsdp, its
+    rows [lo, hi) of every tensor as views (nothing to refresh); tp, its TP shard (copies)."""
+    import torch
+    from sparrow import layouts
     if a.sources == 1:
-        return sparrow.WeightSync(comm, bf16.items(), root=0)
+        return sparrow.WeightSync(comm, bf16.items(), root=0), lambda: None
+    if a.trainer == "tp":
+        shapes, layout = layouts.decoder(**config(a), tp_rank=rank, tp_size=a.sources, source=True)
+        shard = {n: torch.zeros(s, dtype=torch.bfloat16) for n, s in shapes.items()}
+
+        def refresh():
+            for n, t in projection(torch, bf16, shapes, layout).items():
+                shard[n].copy_(t)
+        refresh()
+        return sparrow.WeightSync(comm, shard.items(), root=0, layout=layout, sources=list(range(a.sources))), refresh
     tensors, layout = [], {}
     for n, t in bf16.items():
         lo, hi = rank * t.shape[0] // a.sources, (rank + 1) * t.shape[0] // a.sources
         tensors.append((f"{n}#{rank}", t[lo:hi]))
         layout[f"{n}#{rank}"] = [sparrow.Piece(n, 0, lo, hi)]
-    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(a.sources)))
+    return sparrow.WeightSync(comm, tensors, root=0, layout=layout, sources=list(range(a.sources))), lambda: None
 
 
 def run_trainer(torch, dist, sparrow, comm, a, rank):
@@ -178,7 +200,7 @@ def run_trainer(torch, dist, sparrow, comm, a, rank):
     opt = torch.optim.AdamW(master.values(), lr=a.lr)
     data = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8).long()
     gen = torch.Generator().manual_seed(1)
-    sync = source_sync(sparrow, comm, bf16, a, rank)
+    sync, refresh = source_sync(sparrow, comm, bf16, a, rank)
     if rank == 0:
         say(f"trainer: {sum(t.numel() for t in bf16.values()) / 1e6:.2f} M parameters on {a.sources} rank(s), "
             f"engine of tp {a.tp}")
@@ -196,6 +218,7 @@ def run_trainer(torch, dist, sparrow, comm, a, rank):
             with torch.no_grad():
                 for n, p in master.items():
                     bf16[n].copy_(p)
+            refresh()  # (a tensor-parallel trainer rank's shard of the new weights)
         t0 = time.perf_counter()
         sync.stage()  # on a trainer rank (a source) this is the push of its rows itself
         info = sync.commit()  # nothing to switch on a source: its stats, with the version
@@ -300,7 +323,7 @@ def launch(a, argv):
                 p.kill()
                 p.wait()
     good = codes and all(c == 0 for c in codes)
-    say(f"summary: a trainer on {a.sources} rank(s), an engine of tp {a.tp}, {a.steps} staged step(s): "
+    say(f"summary: a trainer on {a.sources} rank(s) ({a.trainer}), an engine of tp {a.tp}, {a.steps} staged step(s): "
         + ("every shard bit-exact at every version" if good else f"FAILED (exit codes {codes})"))
     return 0 if good else 1
 

@@ -19,6 +19,16 @@
     covered by no piece and never written;
   - the norms: whole on every rank (they need no layout entry: same name, same shape).
 The trainer's names are Hugging Face's (`model.layers.{i}.self_attn.q_proj.weight`, ...).
+
+`decoder(..., source=True)` is the same rank of a tensor-parallel trainer (Megatron-style) as one of
+several sources (`WeightSync(..., sources=[...])`): the sources must hold every element once, so what
+several ranks hold (the norms; kv heads replicated when tp_size exceeds num_kv_heads) is sent by the
+lowest of them only. Its layout leaves those pieces out (their rows stay in the tensor, unsent) and
+its shapes leave out the tensors left with nothing to send (the norms on every rank but 0).
+
+    shapes, layout = sparrow.layouts.decoder(**cfg, tp_rank=r, tp_size=tp, source=True)
+    sync = sparrow.WeightSync(comm, [(n, my_shard[n]) for n in shapes], root=0, layout=layout,
+                              sources=list(range(tp)))
 """
 
 from __future__ import annotations
@@ -98,9 +108,15 @@ def _qkv(p: str, suffix: str, q_rows: int, kv_first: int, kv_rows: int, tp_rank:
 
 def decoder(hidden_size: int, num_heads: int, num_kv_heads: int, intermediate_size: int, vocab_size: int,
             num_layers: int, tp_rank: int = 0, tp_size: int = 1, head_dim: int = 0, qkv_bias: bool = False,
-            pad_vocab_to: int = 64, prefix: str = "model.") -> Tuple[Shapes, Layout]:
+            pad_vocab_to: int = 64, prefix: str = "model.", source: bool = False) -> Tuple[Shapes, Layout]:
     """One tensor-parallel rank's engine tensors: ({name: shape}, {name: [Piece, ...]}). Tensors with
-    no layout entry (the norms) are whole logical tensors of the same name."""
+    no layout entry (the norms) are whole logical tensors of the same name. `source=True`: the
+    rank as a source of a tensor-parallel trainer (what lower ranks also hold left out; module doc)."""
+    if source:
+        return _as_source(dict(hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                               intermediate_size=intermediate_size, vocab_size=vocab_size, num_layers=num_layers,
+                               tp_size=tp_size, head_dim=head_dim, qkv_bias=qkv_bias, pad_vocab_to=pad_vocab_to,
+                               prefix=prefix), tp_rank)
     _positive(tp_size=tp_size, pad_vocab_to=pad_vocab_to, num_heads=num_heads, num_kv_heads=num_kv_heads)
     if not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
         raise InvalidArgument(f"layouts.decoder: tp_rank must be in [0, {tp_size}), got {tp_rank!r}", 4)
@@ -145,3 +161,16 @@ def decoder(hidden_size: int, num_heads: int, num_kv_heads: int, intermediate_si
     shapes[f"{prefix}norm.weight"] = logical[f"{prefix}norm.weight"]
     put("lm_head.weight", (v_rows, h), _vocab_piece("lm_head.weight", vocab_size, v_rows, tp_rank))
     return shapes, layout
+
+
+def _as_source(cfg: dict, tp_rank: int) -> Tuple[Shapes, Layout]:
+    """decoder(**cfg, tp_rank=tp_rank) without what a lower rank holds too."""
+    shapes, layout = decoder(**cfg, tp_rank=tp_rank)
+    claimed = set()
+    for lower in range(tp_rank):
+        for pieces in decoder(**cfg, tp_rank=lower)[1].values():
+            claimed.update((p.logical, p.dim, p.start, p.stop) for p in pieces)
+    layout = {n: [p for p in pieces if (p.logical, p.dim, p.start, p.stop) not in claimed]
+              for n, pieces in layout.items()}
+    keep = {n: s for n, s in shapes.items() if layout.get(n) or (n not in layout and tp_rank == 0)}
+    return keep, {n: p for n, p in layout.items() if n in keep}

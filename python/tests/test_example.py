@@ -67,6 +67,15 @@ def test_tp_engine_generates_between_commits_with_bit_exact_shards():
         assert p.stdout.count(f"version {v} committed after") == 2, p.stdout
 
 
+def test_tp_engine_fed_by_a_tensor_parallel_trainer():
+    env = dict(os.environ, PYTHONPATH=PKG, SPARROW_NO_BUILD_TREE="1")
+    p = subprocess.run([sys.executable, TP_EXAMPLE, "--tp", "2", "--steps", "1", "--trainer", "tp"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "a trainer on 2 rank(s) (tp)" in p.stdout and "every shard bit-exact at every version" in p.stdout, p.stdout
+    assert p.stdout.count("shard bit-exact: yes") == 2 * 2, p.stdout
+
+
 def test_tp_example_refuses_a_degree_the_model_cannot_split():
     env = dict(os.environ, PYTHONPATH=PKG, SPARROW_NO_BUILD_TREE="1")
     p = subprocess.run([sys.executable, TP_EXAMPLE, "--tp", "3"], env=env, capture_output=True, text=True, timeout=60)

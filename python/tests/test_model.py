@@ -423,22 +423,25 @@ def test_two_fsdp_sources_feed_tp_workers_bit_exact():
 
 
 def megatron_shard(trainer, tp_rank, tp_size):
-    """A Megatron-style tensor-parallel trainer rank: the engine layout of that rank (fused,
-    column-parallel qkv and gate_up, row-parallel o and down: columns of every row, vocab-parallel
-    embeddings with padding) holding the trainer's weights. What several ranks hold (the norms on
-    every rank; kv heads replicated when tp_size exceeds their number) is passed by the lowest of
-    them only, so that the sources hold every element once: a replica's rows stay in its tensor,
-    covered by no piece."""
-    claimed = set()
-    for lower in range(tp_rank):
-        for pieces in layouts.decoder(**CFG, tp_rank=lower, tp_size=tp_size)[1].values():
-            claimed.update((p.logical, p.dim, p.start, p.stop) for p in pieces)
-    shapes, layout = layouts.decoder(**CFG, tp_rank=tp_rank, tp_size=tp_size)
-    layout = {n: [p for p in pieces if (p.logical, p.dim, p.start, p.stop) not in claimed]
-              for n, pieces in layout.items()}
-    tensors = {n: reference(trainer, n, tp_rank, tp_size).clone(memory_format=torch.contiguous_format)
-               for n in shapes if layout.get(n) or (n not in layout and tp_rank == 0)}
-    return tensors, {n: p for n, p in layout.items() if n in tensors}
+    """A Megatron-style tensor-parallel trainer rank as a source (layouts.decoder(source=True): the
+    engine layout of that rank, what lower ranks also hold left out) holding the trainer's weights."""
+    shapes, layout = layouts.decoder(**CFG, tp_rank=tp_rank, tp_size=tp_size, source=True)
+    return {n: reference(trainer, n, tp_rank, tp_size).clone(memory_format=torch.contiguous_format) for n in shapes}, layout
+
+
+def test_a_source_layout_leaves_out_what_a_lower_rank_holds():
+    held = {}
+    for r in range(4):  # TP=4 with 2 kv heads: ranks 0-1 hold kv head 0, ranks 2-3 kv head 1
+        shapes, layout = layouts.decoder(**CFG, tp_rank=r, tp_size=4, source=True)
+        assert ("model.norm.weight" in shapes) == (r == 0)
+        for n, pieces in layout.items():
+            assert n in shapes and pieces, n
+            for p in pieces:
+                key = (p.logical, p.dim, p.start, p.stop)
+                assert key not in held, f"{key} on ranks {held.get(key)} and {r}"
+                held[key] = r
+    qkv = layouts.decoder(**CFG, tp_rank=1, tp_size=4, source=True)[1]["model.layers.0.self_attn.qkv_proj.weight"]
+    assert [p.logical.split(".")[-2] for p in qkv] == ["q_proj"], "rank 1's kv head is rank 0's"
 
 
 @pytest.mark.parametrize("tp", [2, 4])
