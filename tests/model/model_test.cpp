@@ -1172,6 +1172,60 @@ TEST(ModelSync, SourcesWhoseColumnsOverlapOrSplitAlongDifferentDimsFailEveryRank
   }
 }
 
+// A model whose steps are one operation (every receiver holds every row: no split) takes a joiner of
+// another layout than its slot's: a worker restarted as a fused, padded TP=1 engine where a
+// whole-tensor worker was; it gets every version bit-exact.
+TEST(ModelSync, AJoinerOfAnotherLayoutRejoinsAModelThatIsNotSplit) {
+  const int n = 3;
+  sparrowUniqueId id;
+  std::vector<sparrowComm_t> c = open_elastic(n, 1000, {}, &id);
+  for (auto x : c) ASSERT_NE(x, nullptr);
+  std::vector<std::vector<Held>> held = {trainer(61), trainer(62), trainer(63)};
+  std::vector<sparrowModel_t> m(n);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(make_model(&m[size_t(r)], c[size_t(r)], held[size_t(r)], 0), sparrowSuccess);
+  ASSERT_EQ(sync_first(m, n), std::vector<sparrowResult_t>(n, sparrowSuccess));
+  EXPECT_EQ(sparrowModelDestroy(m[2]), sparrowSuccess);
+  EXPECT_EQ(sparrowCommAbort(c[2]), sparrowSuccess);
+  std::map<uint64_t, std::vector<Held>> pushed;
+  std::mutex mu;
+  std::vector<Held> mine = {Held("qkv", {16, 4}, 0xdead), Held("o", {4, 8}, 0xdead), Held("embed", {12, 4}, 0xdead)};
+  mine[0].piece("q", 0, 0, 8, 0).piece("k", 0, 0, 4, 8).piece("v", 0, 0, 4, 12);
+  mine[2].piece("emb", 0, 0, 10, 0);
+  std::vector<uint64_t> versions;
+  std::thread joiner([&] {
+    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
+    cfg.elastic = 1;
+    cfg.leaseMs = 1000;
+    int rank = 2;
+    ASSERT_EQ(sparrowCommJoin(&c[2], id, &cfg, &rank), sparrowSuccess) << sparrowGetLastError(nullptr);
+    ASSERT_EQ(make_model(&m[2], c[2], mine, 0), sparrowSuccess);
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(sparrowModelSync(m[2]), sparrowSuccess) << "the joiner's step " << k << ": " << sparrowGetLastError(c[2]);
+      versions.push_back(version_of(m[2]));
+      std::lock_guard<std::mutex> l(mu);
+      expect_holds(pushed[versions.back()], mine, "the joiner's step " + std::to_string(k));
+    }
+  });
+  int admitted = -1;
+  auto before = [&](int s) {
+    mutate(held[0], 650 + uint64_t(s));
+    std::lock_guard<std::mutex> l(mu);
+    pushed[version_of(m[0]) + 1] = held[0];
+  };
+  step_until(m, 2, before, [&](int s) {
+    if (admitted < 0 && is_member(c[0], 2)) admitted = s;
+    return admitted >= 0 && s == admitted + 2;
+  });
+  joiner.join();
+  ASSERT_EQ(versions.size(), 3u);
+  EXPECT_EQ(versions.back(), version_of(m[0]));
+  EXPECT_EQ(find(mine, "embed").data[10 * 4], 0xdead) << "padding is never written";
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(sparrowModelDestroy(m[size_t(r)]), sparrowSuccess);
+    EXPECT_EQ(sparrowCommDestroy(c[size_t(r)]), sparrowSuccess);
+  }
+}
+
 TEST(ModelSync, SourcesThatOverlapOrLeaveAGapFailEveryRankNamingTheRows) {
   Comms comms(3);
   std::vector<Held> logical = trainer(23);
