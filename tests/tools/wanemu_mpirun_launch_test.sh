@@ -4,7 +4,7 @@
 # must end that launch after WANEMU_MPI_LAUNCH_S, say so, and succeed with a later one (three
 # tries: a daemon that dies on its own, about one launch in ten here, must not fail the test when
 # it hits the one launch after the planted loss). A daemon missing on every try must end the run
-# with a failure, not a hang. Skipped (77) without the
+# with a failure, not a hang, after the launches of a fresh emulated network failed too. Skipped (77) without the
 # namespace emulator. A good launch of the 8 ranks takes ~2-4 s here and took longer than 5 s on a
 # CI machine, so the launch that must succeed gets 30 s; where both tries fail whatever the timing
 # (no daemon ever starts), 5 s keeps the test short.
@@ -36,4 +36,5 @@ rc=$?
 echo "$out"
 [ $rc = 1 ] || { echo "FAIL: two stuck launches must end with status 1, got $rc"; exit 1; }
 grep -q "(try 2 of 2)" <<<"$out" || { echo "FAIL: the second stuck launch was not reported"; exit 1; }
+grep -q "a fresh one (network 2 of 2)" <<<"$out" || { echo "FAIL: no fresh network was tried"; exit 1; }
 echo "wanemu-mpirun launch test: passed"
