@@ -342,6 +342,20 @@ std::vector<uint8_t> encode_place(const Place& p) {
   return o;
 }
 
+std::vector<uint8_t> encode_places(const std::vector<Place>& v) {
+  std::vector<uint8_t> o;
+  put_places(o, v);
+  return o;
+}
+
+Result<std::vector<Place>> decode_places(const std::vector<uint8_t>& m, const std::string& what) {
+  bits::ByteReader r(m, what.c_str());
+  std::vector<Place> v;
+  SPARROW_RETURN_IF_ERROR(get_places(r, &v));
+  if (r.remaining()) return CorruptData(what + ": trailing bytes");
+  return v;
+}
+
 Result<Place> decode_place(const std::vector<uint8_t>& m) {
   bits::ByteReader r(m, "join request");
   std::vector<Place> v;

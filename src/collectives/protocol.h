@@ -151,6 +151,10 @@ struct Welcome {
 };
 std::vector<uint8_t> encode_place(const Place& p);
 Result<Place> decode_place(const std::vector<uint8_t>& m);
+// A list of places (a model's roll call names the joiners it admitted); kCorruptData, prefixed with
+// `what`, for junk.
+std::vector<uint8_t> encode_places(const std::vector<Place>& v);
+Result<std::vector<Place>> decode_places(const std::vector<uint8_t>& m, const std::string& what);
 
 // An elastic rank asks the root for the parts of this operation from `from_sub` on.
 std::vector<uint8_t> reattach_request(uint32_t from_sub);

@@ -40,36 +40,6 @@ Result<std::vector<int>> decode_ranks(const std::vector<uint8_t>& m, int nranks)
   return v;
 }
 
-// The joiners the root admitted at the roll call, where they are (coll::Place each).
-std::vector<uint8_t> encode_places(const std::vector<coll::Place>& places) {
-  std::vector<uint8_t> o;
-  bits::put_u32(o, uint32_t(places.size()));
-  for (const auto& p : places) {
-    const std::vector<uint8_t> b = coll::encode_place(p);
-    bits::put_u32(o, uint32_t(b.size()));
-    o.insert(o.end(), b.begin(), b.end());
-  }
-  return o;
-}
-
-Result<std::vector<coll::Place>> decode_places(const std::vector<uint8_t>& m, int nranks) {
-  bits::ByteReader rd(m, "the joiners of a model's step");
-  uint32_t n = 0;
-  SPARROW_RETURN_IF_ERROR(rd.u32(&n));
-  if (n > uint32_t(nranks)) return CorruptData("the joiners of a model's step: " + std::to_string(n) + " ranks");
-  std::vector<coll::Place> v;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t len = 0;
-    const uint8_t* p = nullptr;
-    SPARROW_RETURN_IF_ERROR(rd.u32(&len));
-    SPARROW_RETURN_IF_ERROR(rd.bytes(len, &p));
-    SPARROW_ASSIGN_OR_RETURN(coll::Place place, coll::decode_place(std::vector<uint8_t>(p, p + len)));
-    v.push_back(std::move(place));
-  }
-  if (rd.remaining()) return CorruptData("the joiners of a model's step: trailing bytes");
-  return v;
-}
-
 Status lost_source(int s, const Status& why) {
   return Error(Code::kPeerLost, "the model's source rank " + std::to_string(s) +
                                     " did not take part in this step (its rows have no other sender): " + why.message());
@@ -85,7 +55,10 @@ Status Model::roll_call() {
   auto live = sent.ok() ? w.recv(root_, kRollLiveSub) : Result<std::vector<uint8_t>>(sent);
   auto ranks = live.ok() ? decode_ranks(*live, e_.comm.nranks()) : Result<std::vector<int>>(live.status());
   auto joined = ranks.ok() ? w.recv(root_, kRollJoinedSub) : Result<std::vector<uint8_t>>(ranks.status());
-  auto places = joined.ok() ? decode_places(*joined, e_.comm.nranks()) : Result<std::vector<coll::Place>>(joined.status());
+  auto places = joined.ok() ? coll::decode_places(*joined, "the joiners of a model's step")
+                            : Result<std::vector<coll::Place>>(joined.status());
+  if (places.ok() && places->size() > size_t(e_.comm.nranks()))
+    places = CorruptData("the joiners of a model's step: " + std::to_string(places->size()) + " ranks");
   auto verdict = places.ok() ? w.recv(root_, kRollVerdictSub) : Result<std::vector<uint8_t>>(places.status());
   auto ack = verdict.ok() ? coll::Ack::decode(*verdict, "rank " + std::to_string(root_))
                           : Result<coll::Ack>(verdict.status());
@@ -118,7 +91,7 @@ Status Model::root_roll_call(const coll::OpWire& w) {
   std::vector<coll::Place> places;  // the joiners admitted now (the agreement sent to each)
   for (int r : welcome_joiners(w.seq)) places.push_back(e_.elastic.moved.at(r));
   const coll::Frame live = coll::share(encode_ranks(e_.members.live()));
-  const coll::Frame joined = coll::share(encode_places(places));
+  const coll::Frame joined = coll::share(coll::encode_places(places));
   const coll::Frame told = coll::share(coll::Ack{verdict}.encode());
   for (int s : heard) {
     Status sent = w.send({s}, kRollLiveSub, live);
