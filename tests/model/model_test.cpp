@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -423,6 +424,38 @@ TEST(ModelSync, ElasticCommunicatorDropsADeadWorkerAndTheShardsGoOn) {
   }
 }
 
+// A test's own reference projection (element by element, 2-dimensional): every element of `h` that
+// one of its pieces covers (or all of it: a whole tensor), read from `logical`.
+void project_into(const std::vector<Held>& logical, Held& h) {
+  const size_t cols = h.shape[1];
+  if (h.pieces.empty()) {
+    h.data = find(logical, h.name).data;
+    return;
+  }
+  for (size_t i = 0; i < h.pieces.size(); ++i) {
+    const sparrowPiece_t& p = h.pieces[i];
+    const Held& l = find(logical, h.logical[i]);
+    const size_t lcols = l.shape[1];
+    for (size_t r = 0; r < h.shape[0]; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        const size_t at = p.dim == 0 ? r : c;
+        if (at < p.offset || at >= p.offset + (p.stop - p.start)) continue;
+        const size_t lr = p.dim == 0 ? at - p.offset + p.start : r, lc = p.dim == 0 ? c : at - p.offset + p.start;
+        h.data[r * cols + c] = l.data[lr * lcols + lc];
+      }
+  }
+}
+
+// Every tensor of `w` holds its projection of `logical` (its pieces; padding 0xdead, never written).
+void expect_holds(const std::vector<Held>& logical, const std::vector<Held>& w, const std::string& when) {
+  for (const Held& h : w) {
+    Held want = h;
+    std::fill(want.data.begin(), want.data.end(), uint16_t(0xdead));
+    project_into(logical, want);
+    ASSERT_EQ(h.data, want.data) << when << ": " << h.name;
+  }
+}
+
 // Ranks 0..ranks-1 of `m` step together (rank 0 first calls before(s): the sources' new version)
 // until `stop(s)`, asked of rank 0 after step s, says so; every step must succeed.
 void step_until(const std::vector<sparrowModel_t>& m, int ranks, const std::function<void(int)>& before,
@@ -446,8 +479,8 @@ void step_until(const std::vector<sparrowModel_t>& m, int ranks, const std::func
 
 // A process that joins slot `slot` of the elastic communicator made from `id` (into c[slot]) and
 // creates its model over `mine` (into m[slot]) with `make`; then `steps` steps, each checked against
-// what the sources pushed for the version it got (`pushed`, by version, under `mu`; `logical`: the
-// name of each tensor there). `steps` 0: one step that must fail with sparrowInvalidUsage naming
+// the projection of what the sources pushed for the version it got (`pushed`: the logical tensors,
+// by version, under `mu`). `steps` 0: one step that must fail with sparrowInvalidUsage naming
 // its rows. False when the join failed.
 bool join_and_step(const sparrowUniqueId& id, int slot, std::vector<sparrowComm_t>& c, std::vector<sparrowModel_t>& m,
                    std::vector<Held>& mine, const std::function<sparrowResult_t(sparrowModel_t*, sparrowComm_t)>& make,
@@ -473,7 +506,7 @@ bool join_and_step(const sparrowUniqueId& id, int slot, std::vector<sparrowComm_
     if (rc != sparrowSuccess) break;
     versions->push_back(version_of(m[size_t(slot)]));
     std::lock_guard<std::mutex> l(mu);
-    for (const Held& h : mine) EXPECT_EQ(h.data, find(pushed[versions->back()], h.name).data) << h.name << " at " << k;
+    expect_holds(pushed[versions->back()], mine, "the joiner's step " + std::to_string(k));
   }
   return true;
 }
@@ -482,6 +515,26 @@ bool is_member(sparrowComm_t c, int rank) {
   int live[8], nlive = 0;
   EXPECT_EQ(sparrowCommGetMembers(c, live, 8, &nlive), sparrowSuccess);
   return std::find(live, live + nlive, rank) != live + nlive;
+}
+
+// step_until's `before` for one source, rank 0 (model `m0` over `root`): a new version of its
+// tensors, recorded in `pushed` under the version it will have.
+std::function<void(int)> new_root_version(std::vector<Held>& root, sparrowModel_t m0,
+                                          std::map<uint64_t, std::vector<Held>>& pushed, std::mutex& mu, uint64_t seed) {
+  return [&root, m0, &pushed, &mu, seed](int s) {
+    mutate(root, seed + uint64_t(s));
+    std::lock_guard<std::mutex> l(mu);
+    pushed[version_of(m0) + 1] = root;
+  };
+}
+
+// step_until's stop: two steps after the one at whose end rank 0 (`root`) counts `slot` a member.
+std::function<bool(int)> two_steps_after_joining(sparrowComm_t root, int slot) {
+  auto admitted = std::make_shared<int>(-1);
+  return [=](int s) {
+    if (*admitted < 0 && is_member(root, slot)) *admitted = s;
+    return *admitted >= 0 && s == *admitted + 2;
+  };
 }
 
 // A worker that dies and comes back (sparrowCommJoin into its slot, with its old layout) rejoins the
@@ -511,17 +564,9 @@ TEST(ModelSync, AWorkerThatRejoinsAnElasticCommunicatorGetsTheModelAgain) {
       join_and_step(id, 3, c, m, mine, make, same_layout ? 3 : 0, pushed, mu, &versions);
       done = true;
     });
-    int admitted = -1;
-    auto before = [&](int s) {
-      mutate(held[0], 600 + uint64_t(s));
-      std::lock_guard<std::mutex> l(mu);
-      pushed[version_of(m[0]) + 1] = held[0];
-    };
-    step_until(m, 3, before, [&](int s) {
-      if (!same_layout) return done.load();
-      if (admitted < 0 && is_member(c[0], 3)) admitted = s;
-      return admitted >= 0 && s == admitted + 2;
-    });
+    auto before = new_root_version(held[0], m[0], pushed, mu, 600);
+    auto joined = two_steps_after_joining(c[0], 3);
+    step_until(m, 3, before, [&](int s) { return same_layout ? joined(s) : done.load(); });
     joiner.join();
     for (int tp = 0; tp < 2; ++tp) expect_projection(held[0], held[size_t(1 + tp)], tp, "after the joiner");
     if (same_layout) {
@@ -911,17 +956,13 @@ TEST(ModelSync, AWorkerThatRejoinsAModelWithTwoSourcesGetsEverySourcesRows) {
     auto make = [&](sparrowModel_t* x, sparrowComm_t cc) { return make_sharded(x, cc, mine, src); };
     join_and_step(id, 4, c, m, mine, make, 3, pushed, mu, &versions);
   });
-  int admitted = -1;
   auto before = [&](int s) {
     mutate(logical, 700 + uint64_t(s));
     refill_sources(logical, held);
     std::lock_guard<std::mutex> l(mu);
     pushed[version_of(m[0]) + 1] = logical;
   };
-  step_until(m, 4, before, [&](int s) {
-    if (admitted < 0 && is_member(c[0], 4)) admitted = s;
-    return admitted >= 0 && s == admitted + 2;
-  });
+  step_until(m, 4, before, two_steps_after_joining(c[0], 4));
   joiner.join();
   for (int tp = 0; tp < 2; ++tp) expect_projection(logical, held[size_t(2 + tp)], tp, "after the joiner");
   ASSERT_EQ(versions.size(), 3u);
@@ -1040,28 +1081,6 @@ TEST(ModelSync, WithTwoSourcesAStagedStepReachesTheTensorsOnlyAtTheCommit) {
   for (auto x : m) EXPECT_EQ(sparrowModelDestroy(x), sparrowSuccess);
 }
 
-// A test's own reference projection (element by element, 2-dimensional): every element of `h` that
-// one of its pieces covers (or all of it: a whole tensor), read from `logical`.
-void project_into(const std::vector<Held>& logical, Held& h) {
-  const size_t cols = h.shape[1];
-  if (h.pieces.empty()) {
-    h.data = find(logical, h.name).data;
-    return;
-  }
-  for (size_t i = 0; i < h.pieces.size(); ++i) {
-    const sparrowPiece_t& p = h.pieces[i];
-    const Held& l = find(logical, h.logical[i]);
-    const size_t lcols = l.shape[1];
-    for (size_t r = 0; r < h.shape[0]; ++r)
-      for (size_t c = 0; c < cols; ++c) {
-        const size_t at = p.dim == 0 ? r : c;
-        if (at < p.offset || at >= p.offset + (p.stop - p.start)) continue;
-        const size_t lr = p.dim == 0 ? at - p.offset + p.start : r, lc = p.dim == 0 ? c : at - p.offset + p.start;
-        h.data[r * cols + c] = l.data[lr * lcols + lc];
-      }
-  }
-}
-
 // A Megatron-style tensor-parallel trainer's rank `tp` of 2 (the layout of tp_worker: fused,
 // column-parallel qkv, row-parallel o (some columns of every row), vocab-parallel emb with padding),
 // holding `logical`'s weights.
@@ -1082,15 +1101,6 @@ std::vector<Held> tp1_worker() {
   w[2].piece("o", 0, 2, 4, 0);
   w[3].piece("emb", 0, 0, 10, 0);
   return w;
-}
-
-void expect_holds(const std::vector<Held>& logical, const std::vector<Held>& w, const std::string& when) {
-  for (const Held& h : w) {
-    Held want = h;
-    std::fill(want.data.begin(), want.data.end(), uint16_t(0xdead));
-    project_into(logical, want);
-    ASSERT_EQ(h.data, want.data) << when << ": " << h.name;
-  }
 }
 
 unsigned long long reference_digest(const std::vector<Held>& logical, const std::string& name) {
@@ -1193,29 +1203,11 @@ TEST(ModelSync, AJoinerOfAnotherLayoutRejoinsAModelThatIsNotSplit) {
   mine[2].piece("emb", 0, 0, 10, 0);
   std::vector<uint64_t> versions;
   std::thread joiner([&] {
-    sparrowConfig_t cfg = SPARROW_CONFIG_INITIALIZER;
-    cfg.elastic = 1;
-    cfg.leaseMs = 1000;
-    int rank = 2;
-    ASSERT_EQ(sparrowCommJoin(&c[2], id, &cfg, &rank), sparrowSuccess) << sparrowGetLastError(nullptr);
-    ASSERT_EQ(make_model(&m[2], c[2], mine, 0), sparrowSuccess);
-    for (int k = 0; k < 3; ++k) {
-      ASSERT_EQ(sparrowModelSync(m[2]), sparrowSuccess) << "the joiner's step " << k << ": " << sparrowGetLastError(c[2]);
-      versions.push_back(version_of(m[2]));
-      std::lock_guard<std::mutex> l(mu);
-      expect_holds(pushed[versions.back()], mine, "the joiner's step " + std::to_string(k));
-    }
+    auto make = [&](sparrowModel_t* x, sparrowComm_t cc) { return make_model(x, cc, mine, 0); };
+    join_and_step(id, 2, c, m, mine, make, 3, pushed, mu, &versions);
   });
-  int admitted = -1;
-  auto before = [&](int s) {
-    mutate(held[0], 650 + uint64_t(s));
-    std::lock_guard<std::mutex> l(mu);
-    pushed[version_of(m[0]) + 1] = held[0];
-  };
-  step_until(m, 2, before, [&](int s) {
-    if (admitted < 0 && is_member(c[0], 2)) admitted = s;
-    return admitted >= 0 && s == admitted + 2;
-  });
+  auto before = new_root_version(held[0], m[0], pushed, mu, 650);
+  step_until(m, 2, before, two_steps_after_joining(c[0], 2));
   joiner.join();
   ASSERT_EQ(versions.size(), 3u);
   EXPECT_EQ(versions.back(), version_of(m[0]));
