@@ -120,6 +120,8 @@ class Model {
   void mirror_wholes();  // a receiver's whole tensors land in mirrors too
   std::vector<coll::BufferArg> op_bufs(size_t k) const;  // operation k, as this rank sends or receives it
   Result<const uint8_t*> rows_at(size_t l, uint64_t start, uint64_t stop) const;  // where this rank holds them
+  // A source: where it holds row `row` (counted from the slice's first) of slice i of its part.
+  const uint8_t* in_slice(size_t i, uint64_t row, uint64_t row_bytes) const;
   // The digest of rows [start, stop) of entry l (held at `p`, host or device), at their places in
   // the logical tensor.
   Result<uint64_t> digest_entry(size_t l, const uint8_t* p, uint64_t start, uint64_t stop) const;

@@ -146,15 +146,18 @@ std::vector<coll::BufferArg> Model::op_bufs(size_t k) const {
     b.dtype = l.dtype;
     const bool part = g.start || g.stop != rows;
     b.name = l.name + (part ? "[" + std::to_string(g.start) + ":" + std::to_string(g.stop) + "]" : "");
-    if (op.source == e_.rank()) {  // (the slice indexes the source's own part)
-      const SliceHome& h = homes_[g.slice];
-      b.send = static_cast<const uint8_t*>(locals_[h.local].data) + (h.row + g.start - g.slice_start) * row_bytes;
-    }
+    if (op.source == e_.rank())
+      b.send = in_slice(g.slice, g.start - g.slice_start, row_bytes);
     else
       b.recv = const_cast<uint8_t*>(mirrors_[g.logical].data()) + g.start * row_bytes;
     out.push_back(std::move(b));
   }
   return out;
+}
+
+const uint8_t* Model::in_slice(size_t i, uint64_t row, uint64_t row_bytes) const {
+  const SliceHome& h = homes_[i];
+  return static_cast<const uint8_t*>(locals_[h.local].data) + (h.row + row) * row_bytes;
 }
 
 Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) const {
@@ -170,18 +173,17 @@ Result<const uint8_t*> Model::rows_at(size_t l, uint64_t start, uint64_t stop) c
     for (const Part& p : manifest_.parts)
       for (size_t i = 0; p.rank == e_.rank() && i < p.slices.size(); ++i)
         if (p.slices[i].logical == l && p.slices[i].start <= start && stop <= p.slices[i].stop)
-          return static_cast<const uint8_t*>(locals_[homes_[i].local].data) +
-                 (homes_[i].row + start - p.slices[i].start) * row_bytes;
+          return in_slice(i, start - p.slices[i].start, row_bytes);
     return Error(Code::kInvalidUsage, "this source does not hold " + which +
                                           (t.blocked() ? ": ask a rank that holds every column"
                                                        : ": ask the source of those rows, or a receiver"));
   }
   if (split_ && !is_source() && !covers(held_, uint32_t(l), start, stop)) {
+    if (t.blocked()) return Error(Code::kInvalidUsage, "this rank does not hold " + which + ": ask a rank that holds every column");
     std::string held;
     for (const Slice& s : held_)
       if (s.logical == l)
         held += (held.empty() ? "[" : ", [") + std::to_string(s.start) + ", " + std::to_string(s.stop) + ")";
-    if (t.blocked()) return Error(Code::kInvalidUsage, "this rank does not hold " + which + ": ask a rank that holds every column");
     return Error(Code::kInvalidUsage, "this rank does not hold " + which + " (its pieces cover rows " +
                                           (held.empty() ? std::string("none") : held) +
                                           "): ask for the digest of rows it holds");

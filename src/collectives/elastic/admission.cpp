@@ -28,6 +28,14 @@ Welcome welcome_for(Engine& e, uint64_t seq) {
   return w;
 }
 
+// A joiner's new place: its address for this rank, its listing in this rank's headers, and a full
+// snapshot of every buffer set this rank sends.
+void place_joiner(Engine& e, const Place& p) {
+  e.comm.set_place(p.rank, info_of(p, e.comm.net().nstreams(), e.comm));
+  e.elastic.moved[p.rank] = p;
+  for (auto& [key, rs] : e.roots) rs.need_resync[p.rank] = 0;
+}
+
 }  // namespace
 
 std::vector<int> admit_joiners(Engine& e, uint64_t seq) {
@@ -47,10 +55,8 @@ std::vector<int> admit_joiners(Engine& e, uint64_t seq) {
                    place.ok() ? "it names another slot" : place.status().message().c_str());
       continue;
     }
-    e.comm.set_place(r, info_of(place.value(), net.nstreams(), e.comm));
-    e.elastic.moved[r] = place.value();
+    place_joiner(e, place.value());
     e.members.admit(r);
-    for (auto& [key, rs] : e.roots) rs.need_resync[r] = 0;  // a full snapshot of every buffer set
     const Frame wb = share(welcome_for(e, seq).encode());
     auto q = net.send(r, transport::MsgKey{e.comm.comm_id(), 0, kWelcomeSub},
                       transport::Payload{wb->data(), wb->size(), wb}, transport::deadline_in(e.comm.lease_s()));
@@ -74,9 +80,7 @@ std::vector<int> admit_ahead(Engine& e, uint64_t seq) {
 
 void take_joiner(Engine& e, const Place& p, uint64_t seq) {
   if (p.rank <= 0 || p.rank >= e.comm.nranks() || p.rank == e.rank()) return;
-  e.comm.set_place(p.rank, info_of(p, e.comm.net().nstreams(), e.comm));
-  e.elastic.moved[p.rank] = p;
-  for (auto& [key, rs] : e.roots) rs.need_resync[p.rank] = 0;
+  place_joiner(e, p);
   if (e.elastic.admitted_seq != seq) e.elastic.admitted.clear();
   e.elastic.admitted_seq = seq;
   e.elastic.admitted.push_back(p.rank);
