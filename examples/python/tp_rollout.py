@@ -74,12 +74,12 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.heads % a.kv_heads or a.hidden % a.heads:
         p.error("--heads must be a multiple of --kv-heads and divide --hidden")
-    if a.heads % a.tp or a.intermediate % a.tp or (a.tp > a.kv_heads and a.tp % a.kv_heads) or \
-            (a.tp <= a.kv_heads and a.kv_heads % a.tp):
+    def splits(tp):  # a tensor-parallel degree the model can be split into
+        return not (a.heads % tp or a.intermediate % tp or (tp > a.kv_heads and tp % a.kv_heads) or
+                    (tp <= a.kv_heads and a.kv_heads % tp))
+    if not splits(a.tp):
         p.error(f"--tp {a.tp} must divide --heads and --intermediate, and divide or be a multiple of --kv-heads")
-    if a.trainer == "tp" and (a.heads % a.sources or a.intermediate % a.sources or
-                              (a.sources > a.kv_heads and a.sources % a.kv_heads) or
-                              (a.sources <= a.kv_heads and a.kv_heads % a.sources)):
+    if a.trainer == "tp" and not splits(a.sources):
         p.error(f"--trainer tp --sources {a.sources} must divide --heads and --intermediate, and divide or be a "
                 "multiple of --kv-heads")
     if a.sources > a.kv_heads * (a.hidden // a.heads):  # k_proj, the tensor with the fewest rows

@@ -5,8 +5,9 @@
 // source's, the sources agree on them at the start of every step: the other sources send the root the
 // members they still count, the root drops every rank one of them dropped and sends each the members
 // of this step with its verdict, and where the joiners it admitted now are (rejoin.cpp). Receivers
-// take no part: they learn they are out from a source's header (or its closed connection). The messages are keyed in the number of the step's first
-// operation (kRoll*Sub), so the roll call takes no number of its own and receivers need not know of it.
+// take no part: they learn they are out from a source's header (or its closed connection). The
+// messages are keyed in the number of the step's first operation (kRoll*Sub), so the roll call takes
+// no number of its own and receivers need not know of it.
 #include <algorithm>
 
 #include "collectives/elastic/elastic.h"
